@@ -1,0 +1,37 @@
+# coordtorture — see README.md. Every target works from a clean clone with only Go
+# and apt: `make servers` fetches the server builds it needs first.
+SHELL := /bin/bash
+GO ?= go
+SERVERS_DIR ?= $(CURDIR)/.servers
+TEST_TIMEOUT ?= 18m
+export COORDTORTURE_SERVERS_DIR := $(SERVERS_DIR)
+
+.PHONY: all servers test test-short lint vet fmt bench clean help
+
+all: test
+
+help: ## list targets
+	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+servers: ## fetch the pinned Redis/Valkey builds into .servers/ (idempotent)
+	@scripts/fetch-servers.sh
+
+test: servers lint ## the full test suite, on every server build of the matrix
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+test-short: servers ## quick run on the default build only
+	COORDTORTURE_SERVERS=redis-8.0 $(GO) test -count=1 -timeout 10m ./...
+
+lint: vet ## gofmt + go vet (+ staticcheck when installed)
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	@if command -v staticcheck >/dev/null; then staticcheck ./...; fi
+
+vet:
+	$(GO) vet ./...
+
+bench: servers ## benchmarks
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+clean: ## remove fetched servers
+	rm -rf .servers .images

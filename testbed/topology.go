@@ -1,0 +1,702 @@
+package testbed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Kind names a topology shape.
+type Kind string
+
+// The topology shapes.
+const (
+	KindStandalone  Kind = "standalone"  // one server
+	KindReplicated  Kind = "replicated"  // one primary, N replicas, optional sentinels
+	KindCluster     Kind = "cluster"     // Redis Cluster
+	KindIndependent Kind = "independent" // N unrelated servers (Redlock)
+)
+
+// MasterName is the name sentinels monitor the primary under.
+const MasterName = "coordtorture"
+
+// Option configures a topology.
+type Option func(*config)
+
+type config struct {
+	startTimeout  time.Duration
+	aof           bool
+	replTimeout   time.Duration
+	nodeTimeout   time.Duration
+	downAfter     time.Duration
+	failoverTO    time.Duration
+	extra         []string
+	logf          func(string, ...any)
+	clockOffset   time.Duration
+	adminTimeout  time.Duration
+	clientTimeout time.Duration
+}
+
+func defaults() config {
+	return config{
+		startTimeout:  30 * time.Second,
+		replTimeout:   3 * time.Second,
+		nodeTimeout:   2 * time.Second,
+		downAfter:     time.Second,
+		failoverTO:    3 * time.Second,
+		logf:          func(string, ...any) {},
+		adminTimeout:  2 * time.Second,
+		clientTimeout: 3 * time.Second,
+	}
+}
+
+// WithStartTimeout bounds how long a topology may take to become ready (default 30s).
+func WithStartTimeout(d time.Duration) Option { return func(c *config) { c.startTimeout = d } }
+
+// WithAOF starts data nodes with `appendonly yes` and `appendfsync always`, so a
+// kill -9 and restart keeps every acknowledged write. Default: no persistence at
+// all, so a restart comes back empty.
+func WithAOF(on bool) Option { return func(c *config) { c.aof = on } }
+
+// WithReplTimeout sets repl-timeout (default 3s): how soon a replica behind a silent
+// partition reports master_link_status:down.
+func WithReplTimeout(d time.Duration) Option { return func(c *config) { c.replTimeout = d } }
+
+// WithClusterNodeTimeout sets cluster-node-timeout (default 2s).
+func WithClusterNodeTimeout(d time.Duration) Option { return func(c *config) { c.nodeTimeout = d } }
+
+// WithDownAfter sets the sentinels' down-after-milliseconds (default 1s).
+func WithDownAfter(d time.Duration) Option { return func(c *config) { c.downAfter = d } }
+
+// WithConfig adds raw configuration lines to every data node ("maxmemory 10mb").
+func WithConfig(lines ...string) Option { return func(c *config) { c.extra = append(c.extra, lines...) } }
+
+// WithLogf receives progress lines (testing.T.Logf fits).
+func WithLogf(f func(string, ...any)) Option { return func(c *config) { c.logf = f } }
+
+// WithClientTimeout sets dial/read/write timeouts of clients made by Client (default 3s).
+func WithClientTimeout(d time.Duration) Option { return func(c *config) { c.clientTimeout = d } }
+
+// Topology is a set of running servers, every link of which goes through its own
+// proxy. It is safe for concurrent use. Close stops everything it started.
+type Topology struct {
+	Kind  Kind
+	Build *Build
+
+	cfg       config
+	dir       string
+	sb        *switchboard
+	nodes     []*Node
+	sentinels []*Node
+
+	mu      sync.Mutex
+	clients []interface{ Close() error }
+	peers   map[string]string // client peer name -> source IP
+	closed  bool
+}
+
+// Node is one server process of a topology: a data node or a sentinel.
+type Node struct {
+	// Name is the peer name: n1, n2… for data nodes, s1, s2, s3 for sentinels.
+	Name     string
+	Sentinel bool
+	// Addr is the announced (proxied) client address: what clients, replicas and
+	// sentinels connect to.
+	Addr string
+	// BusAddr is the announced cluster-bus address (cluster only).
+	BusAddr string
+
+	topo  *Topology
+	ip    string
+	dir   string
+	proc  *process
+	admin *redis.Client
+
+	mu          sync.Mutex
+	replicaOf   *Node // the primary this node replicates at its next start
+	clockOffset time.Duration
+	aof         bool
+	paused      bool
+}
+
+func (t *Topology) newNode(name string, sentinel bool) (*Node, error) {
+	n := &Node{Name: name, Sentinel: sentinel, topo: t, ip: allocIP(), aof: t.cfg.aof && !sentinel}
+	n.dir = filepath.Join(t.dir, name)
+	if err := os.MkdirAll(n.dir, 0o755); err != nil {
+		return nil, err
+	}
+	t.sb.addPeer(name, n.ip)
+	real := net.JoinHostPort(n.ip, strconv.Itoa(serverPort))
+	var err error
+	if n.Addr, err = t.sb.expose(name, name, real); err != nil {
+		return nil, err
+	}
+	if t.Kind == KindCluster {
+		if n.BusAddr, err = t.sb.expose(name+".bus", name, net.JoinHostPort(n.ip, strconv.Itoa(serverPort+10000))); err != nil {
+			return nil, err
+		}
+	}
+	n.admin = redis.NewClient(&redis.Options{
+		Addr: real, Protocol: 2, MaxRetries: -1, PoolSize: 4,
+		DialTimeout: t.cfg.adminTimeout, ReadTimeout: t.cfg.adminTimeout, WriteTimeout: t.cfg.adminTimeout,
+		DisableIdentity: true,
+	})
+	n.proc = &process{name: fmt.Sprintf("%s %s (%s)", t.Build.Name, name, n.ip), dir: n.dir, logPath: filepath.Join(n.dir, "server.log")}
+	if sentinel {
+		t.sentinels = append(t.sentinels, n)
+	} else {
+		t.nodes = append(t.nodes, n)
+	}
+	return n, nil
+}
+
+func port(addr string) string { _, p, _ := net.SplitHostPort(addr); return p }
+
+func (n *Node) conf() string {
+	t := n.topo
+	var b strings.Builder
+	w := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
+	w("bind %s", n.ip)
+	w("bind-source-addr %s", n.ip)
+	w("port %d", serverPort)
+	w("protected-mode no")
+	w("daemonize no")
+	w("dir %s", n.dir)
+	w("logfile %s", n.proc.logPath)
+	if n.Sentinel {
+		w("sentinel announce-ip 127.0.0.1")
+		w("sentinel announce-port %s", port(n.Addr))
+		w("sentinel monitor %s 127.0.0.1 %s %d", MasterName, port(t.nodes[0].Addr), len(t.sentinels)/2+1)
+		w("sentinel down-after-milliseconds %s %d", MasterName, t.cfg.downAfter.Milliseconds())
+		w("sentinel failover-timeout %s %d", MasterName, t.cfg.failoverTO.Milliseconds())
+		w("sentinel parallel-syncs %s 1", MasterName)
+		return b.String()
+	}
+	w(`save ""`)
+	if n.aof {
+		w("appendonly yes")
+		w("appendfsync always")
+	} else {
+		w("appendonly no")
+	}
+	w("enable-debug-command yes")
+	w("repl-timeout %d", max(1, int(t.cfg.replTimeout.Seconds())))
+	w("repl-ping-replica-period 1")
+	w("repl-diskless-sync-delay 0")
+	w("replica-announce-ip 127.0.0.1")
+	w("replica-announce-port %s", port(n.Addr))
+	if n.replicaOf != nil {
+		w("replicaof 127.0.0.1 %s", port(n.replicaOf.Addr))
+	}
+	if t.Kind == KindCluster {
+		w("cluster-enabled yes")
+		w("cluster-config-file nodes.conf")
+		w("cluster-node-timeout %d", t.cfg.nodeTimeout.Milliseconds())
+		w("cluster-announce-ip 127.0.0.1")
+		w("cluster-announce-port %s", port(n.Addr))
+		w("cluster-announce-bus-port %s", port(n.BusAddr))
+		w("cluster-port %d", serverPort+10000)
+	}
+	for _, l := range t.cfg.extra {
+		w("%s", l)
+	}
+	return b.String()
+}
+
+// start writes the node's configuration (sentinels keep theirs: they rewrite it
+// themselves) and starts the process, waiting for PING.
+func (n *Node) start(ctx context.Context) error {
+	confPath := filepath.Join(n.dir, "server.conf")
+	n.mu.Lock()
+	offset := n.clockOffset
+	_, statErr := os.Stat(confPath)
+	if !n.Sentinel || statErr != nil {
+		if err := os.WriteFile(confPath, []byte(n.conf()), 0o644); err != nil {
+			n.mu.Unlock()
+			return err
+		}
+	}
+	n.mu.Unlock()
+	args := []string{confPath}
+	if n.Sentinel {
+		args = append(args, "--sentinel")
+	}
+	n.proc.argv, n.proc.env = n.topo.Build.command(args...), nil
+	if offset != 0 {
+		lib, err := clockSkewLib()
+		if err != nil {
+			return err
+		}
+		n.proc.argv, n.proc.env = n.topo.Build.commandWithPreload(lib, args...)
+		n.proc.env = append(n.proc.env, fmt.Sprintf("COORDTORTURE_CLOCK_OFFSET_MS=%d", offset.Milliseconds()))
+	}
+	if err := n.proc.start(); err != nil {
+		return err
+	}
+	err := waitFor(ctx, n.topo.cfg.startTimeout, n.Name+" to answer PING", func(ctx context.Context) (bool, error) {
+		if done, exitErr := n.proc.exited(); done {
+			return false, &exitedError{exitErr}
+		}
+		c, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		defer cancel()
+		err := n.admin.Ping(c).Err()
+		if err != nil && strings.Contains(err.Error(), "LOADING") {
+			return false, err
+		}
+		return err == nil, err
+	})
+	var ee *exitedError
+	if errors.As(err, &ee) || err != nil {
+		if done, exitErr := n.proc.exited(); done {
+			err = fmt.Errorf("exited during start-up (%v)", exitErr)
+		}
+		return n.proc.startupError(err)
+	}
+	return nil
+}
+
+type exitedError struct{ err error }
+
+func (e *exitedError) Error() string { return fmt.Sprintf("exited: %v", e.err) }
+
+// Admin is a client connected straight to the node's real address, bypassing
+// every proxy: for the harness's own inspection and control, never for workloads.
+func (n *Node) Admin() *redis.Client { return n.admin }
+
+// LogTail returns the last lines of the node's log.
+func (n *Node) LogTail(lines int) string { return n.proc.logTail(lines) }
+
+// Pid is the server's process id (0 when not running).
+func (n *Node) Pid() int { return n.proc.pid() }
+
+// Dir is the node's data directory.
+func (n *Node) Dir() string { return n.dir }
+
+// Running reports whether the server process is alive.
+func (n *Node) Running() bool { done, _ := n.proc.exited(); return !done }
+
+func newTopology(kind Kind, build string, opts []Option) (*Topology, error) {
+	b, err := LookupBuild(build)
+	if err != nil {
+		return nil, err
+	}
+	cfg := defaults()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	dir, err := newTempDir()
+	if err != nil {
+		return nil, err
+	}
+	t := &Topology{Kind: kind, Build: b, cfg: cfg, dir: dir, peers: map[string]string{}}
+	t.sb = newSwitchboard(cfg.logf)
+	return t, nil
+}
+
+// startAll starts every node in order and closes the topology on failure.
+func (t *Topology) startAll(ctx context.Context, ns []*Node) error {
+	for _, n := range ns {
+		if err := n.start(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// NewStandalone starts one server.
+func NewStandalone(ctx context.Context, build string, opts ...Option) (_ *Topology, err error) {
+	t, err := newTopology(KindStandalone, build, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			t.Close()
+		}
+	}()
+	n, err := t.newNode("n1", false)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.startAll(ctx, []*Node{n}); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// NewIndependentSet starts n unrelated servers (r1…rn), e.g. for Redlock.
+func NewIndependentSet(ctx context.Context, build string, n int, opts ...Option) (_ *Topology, err error) {
+	if n < 1 {
+		return nil, fmt.Errorf("testbed: independent set needs at least one server, got %d", n)
+	}
+	t, err := newTopology(KindIndependent, build, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			t.Close()
+		}
+	}()
+	for i := 1; i <= n; i++ {
+		if _, err := t.newNode(fmt.Sprintf("r%d", i), false); err != nil {
+			return nil, err
+		}
+	}
+	if err := t.startAll(ctx, t.nodes); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// NewReplicated starts one primary (n1), `replicas` replicas (n2…) and `sentinels`
+// sentinels (s1…; 0 or at least 3 for a quorum), and waits until every replica's
+// link is up and every sentinel sees every replica and every other sentinel.
+func NewReplicated(ctx context.Context, build string, replicas, sentinels int, opts ...Option) (_ *Topology, err error) {
+	if replicas < 1 {
+		return nil, fmt.Errorf("testbed: a replicated topology needs at least one replica, got %d", replicas)
+	}
+	if sentinels != 0 && sentinels < 3 {
+		return nil, fmt.Errorf("testbed: sentinels must be 0 or at least 3 (a quorum needs a majority), got %d", sentinels)
+	}
+	t, err := newTopology(KindReplicated, build, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			t.Close()
+		}
+	}()
+	primary, err := t.newNode("n1", false)
+	if err != nil {
+		return nil, err
+	}
+	for i := 0; i < replicas; i++ {
+		r, err := t.newNode(fmt.Sprintf("n%d", i+2), false)
+		if err != nil {
+			return nil, err
+		}
+		r.replicaOf = primary
+	}
+	for i := 0; i < sentinels; i++ {
+		if _, err := t.newNode(fmt.Sprintf("s%d", i+1), true); err != nil {
+			return nil, err
+		}
+	}
+	t0 := time.Now()
+	if err := t.startAll(ctx, t.nodes); err != nil {
+		return nil, err
+	}
+	t.cfg.logf("testbed: %s: data nodes up in %v", b2s(t), time.Since(t0))
+	if err := t.waitReplication(ctx); err != nil {
+		return nil, err
+	}
+	t.cfg.logf("testbed: %s: replication up in %v", b2s(t), time.Since(t0))
+	if err := t.startAll(ctx, t.sentinels); err != nil {
+		return nil, err
+	}
+	t.cfg.logf("testbed: %s: sentinels started in %v", b2s(t), time.Since(t0))
+	if err := t.waitSentinels(ctx, primary); err != nil {
+		return nil, err
+	}
+	t.cfg.logf("testbed: %s: sentinels ready in %v", b2s(t), time.Since(t0))
+	return t, nil
+}
+
+// waitReplication waits until every replica reports master_link_status:up.
+func (t *Topology) waitReplication(ctx context.Context) error {
+	for _, n := range t.nodes {
+		n.mu.Lock()
+		isReplica := n.replicaOf != nil
+		n.mu.Unlock()
+		if !isReplica {
+			continue
+		}
+		if err := waitFor(ctx, t.cfg.startTimeout, n.Name+" replication link up", func(ctx context.Context) (bool, error) {
+			info, err := n.admin.Info(ctx, "replication").Result()
+			if err != nil {
+				return false, err
+			}
+			return infoField(info, "master_link_status") == "up", fmt.Errorf("%s: master_link_status=%s", n.Name, infoField(info, "master_link_status"))
+		}); err != nil {
+			return t.withLogs(err, n)
+		}
+	}
+	return nil
+}
+
+// waitSentinels waits until every sentinel monitors primary and sees every
+// replica and every other sentinel.
+func (t *Topology) waitSentinels(ctx context.Context, primary *Node) error {
+	wantReplicas := len(t.nodes) - 1
+	for _, s := range t.sentinels {
+		if err := waitFor(ctx, t.cfg.startTimeout, s.Name+" to see the whole topology", func(ctx context.Context) (bool, error) {
+			m, err := s.admin.Do(ctx, "SENTINEL", "MASTER", MasterName).Result()
+			if err != nil {
+				return false, err
+			}
+			fields := toStringMap(m)
+			if fields["port"] != port(primary.Addr) {
+				return false, fmt.Errorf("%s monitors port %s, want %s", s.Name, fields["port"], port(primary.Addr))
+			}
+			ns, _ := strconv.Atoi(fields["num-other-sentinels"])
+			nr, _ := strconv.Atoi(fields["num-slaves"])
+			if ns != len(t.sentinels)-1 || nr != wantReplicas || strings.Contains(fields["flags"], "down") {
+				return false, fmt.Errorf("%s sees %d other sentinels and %d replicas (want %d, %d), flags %s",
+					s.Name, ns, nr, len(t.sentinels)-1, wantReplicas, fields["flags"])
+			}
+			// Every replica known to the sentinel must be up, not only listed.
+			rs, err := s.admin.Do(ctx, "SENTINEL", "REPLICAS", MasterName).Result()
+			if err != nil {
+				return false, err
+			}
+			list, _ := rs.([]any)
+			for _, r := range list {
+				if f := toStringMap(r)["flags"]; strings.Contains(f, "down") || strings.Contains(f, "disconnected") {
+					return false, fmt.Errorf("%s sees a replica with flags %s", s.Name, f)
+				}
+			}
+			return true, nil
+		}); err != nil {
+			return t.withLogs(err, s)
+		}
+	}
+	return nil
+}
+
+// NewCluster starts a Redis Cluster of `primaries` primaries (n1…) with
+// `replicasPerPrimary` replicas each, slots split evenly, and waits until every
+// node reports cluster_state:ok and knows every other node.
+func NewCluster(ctx context.Context, build string, primaries, replicasPerPrimary int, opts ...Option) (_ *Topology, err error) {
+	if primaries < 1 || replicasPerPrimary < 0 {
+		return nil, fmt.Errorf("testbed: cluster needs primaries ≥ 1 and replicas ≥ 0, got %d, %d", primaries, replicasPerPrimary)
+	}
+	t, err := newTopology(KindCluster, build, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			t.Close()
+		}
+	}()
+	total := primaries * (1 + replicasPerPrimary)
+	for i := 1; i <= total; i++ {
+		if _, err := t.newNode(fmt.Sprintf("n%d", i), false); err != nil {
+			return nil, err
+		}
+	}
+	if err := t.startAll(ctx, t.nodes); err != nil {
+		return nil, err
+	}
+	ids := make([]string, total)
+	for i, n := range t.nodes {
+		if ids[i], err = n.admin.Do(ctx, "CLUSTER", "MYID").Text(); err != nil {
+			return nil, t.withLogs(err, n)
+		}
+		if err := n.admin.Do(ctx, "CLUSTER", "SET-CONFIG-EPOCH", i+1).Err(); err != nil {
+			return nil, t.withLogs(fmt.Errorf("%s: CLUSTER SET-CONFIG-EPOCH: %w", n.Name, err), n)
+		}
+	}
+	for i := 0; i < primaries; i++ {
+		lo, hi := i*16384/primaries, (i+1)*16384/primaries-1
+		if err := t.nodes[i].admin.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err(); err != nil {
+			return nil, t.withLogs(fmt.Errorf("%s: CLUSTER ADDSLOTSRANGE: %w", t.nodes[i].Name, err), t.nodes[i])
+		}
+	}
+	first := t.nodes[0]
+	for _, n := range t.nodes[1:] {
+		if err := first.admin.Do(ctx, "CLUSTER", "MEET", "127.0.0.1", port(n.Addr), port(n.BusAddr)).Err(); err != nil {
+			return nil, t.withLogs(fmt.Errorf("CLUSTER MEET %s: %w", n.Name, err), first)
+		}
+	}
+	for _, n := range t.nodes {
+		if err := waitFor(ctx, t.cfg.startTimeout, n.Name+" to know every node", func(ctx context.Context) (bool, error) {
+			info, err := n.admin.ClusterInfo(ctx).Result()
+			if err != nil {
+				return false, err
+			}
+			k := infoField(info, "cluster_known_nodes")
+			return k == strconv.Itoa(total), fmt.Errorf("%s knows %s nodes of %d", n.Name, k, total)
+		}); err != nil {
+			return nil, t.withLogs(err, n)
+		}
+	}
+	for j := primaries; j < total; j++ {
+		p := (j - primaries) % primaries
+		r := t.nodes[j]
+		r.replicaOf = t.nodes[p]
+		if err := waitFor(ctx, t.cfg.startTimeout, r.Name+" CLUSTER REPLICATE", func(ctx context.Context) (bool, error) {
+			err := r.admin.Do(ctx, "CLUSTER", "REPLICATE", ids[p]).Err()
+			return err == nil, err
+		}); err != nil {
+			return nil, t.withLogs(err, r)
+		}
+	}
+	if err := t.waitReplication(ctx); err != nil {
+		return nil, err
+	}
+	if err := t.WaitClusterOK(ctx); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// WaitClusterOK waits until every running, unpaused node reports cluster_state:ok
+// with all 16384 slots assigned and agrees with the others on who serves them.
+func (t *Topology) WaitClusterOK(ctx context.Context) error {
+	for _, n := range t.nodes {
+		if !n.Running() || n.isPaused() {
+			continue
+		}
+		if err := waitFor(ctx, t.cfg.startTimeout, n.Name+" cluster_state:ok", func(ctx context.Context) (bool, error) {
+			info, err := n.admin.ClusterInfo(ctx).Result()
+			if err != nil {
+				return false, err
+			}
+			ok := infoField(info, "cluster_state") == "ok" && infoField(info, "cluster_slots_ok") == "16384"
+			return ok, fmt.Errorf("%s: cluster_state=%s slots_ok=%s", n.Name, infoField(info, "cluster_state"), infoField(info, "cluster_slots_ok"))
+		}); err != nil {
+			return t.withLogs(err, n)
+		}
+	}
+	return waitFor(ctx, t.cfg.startTimeout, "nodes to agree on slot owners", func(ctx context.Context) (bool, error) {
+		var ref string
+		for _, n := range t.nodes {
+			if !n.Running() || n.isPaused() {
+				continue
+			}
+			s, err := slotOwners(ctx, n.admin)
+			if err != nil {
+				return false, err
+			}
+			if ref == "" {
+				ref = s
+			} else if s != ref {
+				return false, fmt.Errorf("%s disagrees on slot owners", n.Name)
+			}
+		}
+		return true, nil
+	})
+}
+
+// slotOwners summarises CLUSTER SLOTS as "lo-hi:port,…" (primary ports only).
+func slotOwners(ctx context.Context, c *redis.Client) (string, error) {
+	slots, err := c.ClusterSlots(ctx).Result()
+	if err != nil {
+		return "", err
+	}
+	parts := make([]string, 0, len(slots))
+	for _, s := range slots {
+		if len(s.Nodes) == 0 {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%d-%d:%s", s.Start, s.End, s.Nodes[0].Addr))
+	}
+	sortStrings(parts)
+	return strings.Join(parts, ","), nil
+}
+
+func (t *Topology) withLogs(err error, ns ...*Node) error {
+	var b strings.Builder
+	b.WriteString(err.Error())
+	for _, n := range ns {
+		fmt.Fprintf(&b, "\n=== %s log\n%s", n.proc.name, n.LogTail(20))
+	}
+	return errors.New(b.String())
+}
+
+// Nodes returns the data nodes (primary first for replicated topologies, as started).
+func (t *Topology) Nodes() []*Node { return append([]*Node(nil), t.nodes...) }
+
+// Sentinels returns the sentinels.
+func (t *Topology) Sentinels() []*Node { return append([]*Node(nil), t.sentinels...) }
+
+// Node returns the node or sentinel with the given name, or nil.
+func (t *Topology) Node(name string) *Node {
+	for _, n := range append(t.Nodes(), t.sentinels...) {
+		if n.Name == name {
+			return n
+		}
+	}
+	return nil
+}
+
+// Dir is the topology's temp directory (removed by Close).
+func (t *Topology) Dir() string { return t.dir }
+
+// Logs returns the last lines of every server's log.
+func (t *Topology) Logs(lines int) string {
+	var b strings.Builder
+	for _, n := range append(t.Nodes(), t.sentinels...) {
+		fmt.Fprintf(&b, "=== %s\n%s\n", n.proc.name, n.LogTail(lines))
+	}
+	return b.String()
+}
+
+// Close stops every server (kill -9 of its process group), closes every client
+// and proxy made by the topology, and removes its directory. Safe to call twice.
+func (t *Topology) Close() error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.closed = true
+	clients := t.clients
+	t.mu.Unlock()
+	for _, c := range clients {
+		_ = c.Close()
+	}
+	var wg sync.WaitGroup
+	for _, n := range append(t.Nodes(), t.sentinels...) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n.proc.kill()
+			_ = n.admin.Close()
+		}()
+	}
+	wg.Wait()
+	t.sb.close()
+	err := os.RemoveAll(t.dir)
+	forgetDir(t.dir)
+	return err
+}
+
+func infoField(info, key string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), key+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// toStringMap reads a RESP2 flat array or RESP3 map reply into strings.
+func toStringMap(v any) map[string]string {
+	out := map[string]string{}
+	switch x := v.(type) {
+	case []any:
+		for i := 0; i+1 < len(x); i += 2 {
+			out[fmt.Sprint(x[i])] = fmt.Sprint(x[i+1])
+		}
+	case map[any]any:
+		for k, val := range x {
+			out[fmt.Sprint(k)] = fmt.Sprint(val)
+		}
+	}
+	return out
+}
+
+func b2s(t *Topology) string { return fmt.Sprintf("%s %s", t.Build.Name, t.Kind) }
