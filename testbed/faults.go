@@ -469,17 +469,35 @@ func (t *Topology) ClusterFailover(ctx context.Context, replica, mode string) er
 	if mode != "" {
 		args = append(args, mode)
 	}
-	if err := r.admin.Do(ctx, args...).Err(); err != nil {
-		return fmt.Errorf("testbed: %s: %v: %w", replica, args, err)
-	}
-	if err := waitFor(ctx, t.cfg.startTimeout, replica+" to become a cluster primary", func(ctx context.Context) (bool, error) {
-		role, err := r.admin.Do(ctx, "ROLE").Slice()
-		if err != nil || len(role) == 0 {
-			return false, err
+	// A manual failover the primary does not answer in time is aborted silently by
+	// the replica (after 5s); so each attempt is watched for 6s and retried.
+	deadline := time.Now().Add(t.cfg.startTimeout)
+	for {
+		if err := r.admin.Do(ctx, args...).Err(); err != nil {
+			return fmt.Errorf("testbed: %s: %v: %w", replica, args, err)
 		}
-		return role[0] == "master", fmt.Errorf("%s role %v", replica, role[0])
-	}); err != nil {
-		return t.withLogs(err, r)
+		err := waitFor(ctx, 6*time.Second, replica+" to become a cluster primary", func(ctx context.Context) (bool, error) {
+			role, err := r.admin.Do(ctx, "ROLE").Slice()
+			if err != nil || len(role) == 0 {
+				return false, err
+			}
+			return role[0] == "master", fmt.Errorf("%s role %v", replica, role[0])
+		})
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return t.withLogs(err, r)
+		}
+	}
+	r.mu.Lock()
+	old := r.replicaOf
+	r.replicaOf = nil
+	r.mu.Unlock()
+	if old != nil {
+		old.mu.Lock()
+		old.replicaOf = r
+		old.mu.Unlock()
 	}
 	return t.WaitClusterOK(ctx)
 }

@@ -11,7 +11,12 @@ import (
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/rs/zerolog"
+	zlog "github.com/rs/zerolog/log"
 )
+
+// toxiproxy's toxics log through zerolog's global logger at trace level; the
+// harness has its own reporting, so that logger is silenced once.
+var quietToxiproxy sync.Once
 
 // The switchboard gives every endpoint (a server's client port or cluster bus) one
 // announced address on 127.0.0.1. A connection to it is routed by its source
@@ -24,7 +29,7 @@ type switchboard struct {
 	srv *toxiproxy.ApiServer
 
 	mu        sync.Mutex
-	peers     map[string]string   // source IP -> peer name
+	peers     map[string]string    // source IP -> peer name
 	endpoints map[string]*endpoint // endpoint name -> endpoint
 	links     map[string]*Link     // link name -> link
 	cut       map[[2]string]bool   // partitioned peer pairs (from, to), by peer name
@@ -41,6 +46,7 @@ type endpoint struct {
 }
 
 func newSwitchboard(logf func(string, ...any)) *switchboard {
+	quietToxiproxy.Do(func() { zlog.Logger = zerolog.Nop() })
 	return &switchboard{
 		srv:       toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop()),
 		peers:     map[string]string{"127.0.0.1": ClientPeer},
@@ -104,7 +110,7 @@ func (s *switchboard) route(ep *endpoint, c net.Conn) {
 		c.Close()
 		return
 	}
-	up, err := net.DialTimeout("tcp", l.proxy.Listen, 5*time.Second)
+	up, err := net.DialTimeout("tcp", l.addr, 5*time.Second)
 	if err != nil {
 		c.Close() // a refused link (Link.Refuse) ends here: the peer sees a closed connection
 		return
@@ -139,7 +145,9 @@ func (s *switchboard) link(from, to string) (*Link, error) {
 	if err := s.srv.Collection.Add(p, true); err != nil {
 		return nil, fmt.Errorf("testbed: proxy %s: %w", name, err)
 	}
-	l := &Link{Name: name, From: from, To: to, ToPeer: ep.peer, proxy: p}
+	// Start has returned, so Listen holds the bound address; a restart (Heal after
+	// Refuse) binds the same one again, and toxiproxy rewrites the field then.
+	l := &Link{Name: name, From: from, To: to, ToPeer: ep.peer, proxy: p, addr: p.Listen}
 	s.links[name] = l
 	if s.cut[[2]string{from, ep.peer}] {
 		if err := l.Partition(); err != nil {
@@ -211,6 +219,7 @@ type Link struct {
 
 	mu      sync.Mutex
 	proxy   *toxiproxy.Proxy
+	addr    string // the proxy's listen address
 	n       int
 	refused bool
 }

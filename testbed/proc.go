@@ -108,8 +108,11 @@ func forgetDir(d string) {
 	liveMu.Unlock()
 }
 
-// sweepStale removes temp dirs left by test binaries that died without cleaning up
-// (SIGKILL, power loss). Their servers died with them (PDEATHSIG).
+// SweepStale removes temp dirs left by processes that died without cleaning up
+// (SIGKILL, power loss); their servers died with them (PDEATHSIG). It runs by
+// itself when a process first uses the testbed.
+func SweepStale() { sweepStale() }
+
 func sweepStale() {
 	ents, err := os.ReadDir(os.TempDir())
 	if err != nil {
@@ -332,6 +335,10 @@ func waitFor(ctx context.Context, timeout time.Duration, what string, cond func(
 		ok, err := cond(ctx)
 		if ok {
 			return nil
+		}
+		var stop *exitedError
+		if errors.As(err, &stop) {
+			return err // the process is gone: waiting longer cannot help
 		}
 		if err != nil {
 			last = err

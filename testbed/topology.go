@@ -78,7 +78,9 @@ func WithClusterNodeTimeout(d time.Duration) Option { return func(c *config) { c
 func WithDownAfter(d time.Duration) Option { return func(c *config) { c.downAfter = d } }
 
 // WithConfig adds raw configuration lines to every data node ("maxmemory 10mb").
-func WithConfig(lines ...string) Option { return func(c *config) { c.extra = append(c.extra, lines...) } }
+func WithConfig(lines ...string) Option {
+	return func(c *config) { c.extra = append(c.extra, lines...) }
+}
 
 // WithLogf receives progress lines (testing.T.Logf fits).
 func WithLogf(f func(string, ...any)) Option { return func(c *config) { c.logf = f } }
@@ -194,7 +196,7 @@ func (n *Node) conf() string {
 	w("repl-diskless-sync-delay 0")
 	w("replica-announce-ip 127.0.0.1")
 	w("replica-announce-port %s", port(n.Addr))
-	if n.replicaOf != nil {
+	if n.replicaOf != nil && t.Kind != KindCluster { // cluster nodes keep roles in nodes.conf
 		w("replicaof 127.0.0.1 %s", port(n.replicaOf.Addr))
 	}
 	if t.Kind == KindCluster {
@@ -254,8 +256,7 @@ func (n *Node) start(ctx context.Context) error {
 		}
 		return err == nil, err
 	})
-	var ee *exitedError
-	if errors.As(err, &ee) || err != nil {
+	if err != nil {
 		if done, exitErr := n.proc.exited(); done {
 			err = fmt.Errorf("exited during start-up (%v)", exitErr)
 		}
@@ -545,6 +546,18 @@ func NewCluster(ctx context.Context, build string, primaries, replicasPerPrimary
 	}
 	if err := t.waitReplication(ctx); err != nil {
 		return nil, err
+	}
+	for _, p := range t.nodes[:primaries] {
+		if err := waitFor(ctx, t.cfg.startTimeout, p.Name+" to see its replicas online", func(ctx context.Context) (bool, error) {
+			info, err := p.admin.Info(ctx, "replication").Result()
+			if err != nil {
+				return false, err
+			}
+			n := infoField(info, "connected_slaves")
+			return n == strconv.Itoa(replicasPerPrimary), fmt.Errorf("%s has %s replicas", p.Name, n)
+		}); err != nil {
+			return nil, t.withLogs(err, p)
+		}
 	}
 	if err := t.WaitClusterOK(ctx); err != nil {
 		return nil, err
