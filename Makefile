@@ -22,10 +22,16 @@ test: servers lint ## the full test suite, on every server build of the matrix
 test-short: servers ## quick run on the default build only
 	COORDTORTURE_SERVERS=redis-8.0 $(GO) test -count=1 -timeout 10m ./...
 
-lint: vet ## gofmt + go vet (+ staticcheck when installed)
+STATICCHECK_VERSION ?= v0.8.2
+STATICCHECK := $(SERVERS_DIR)/bin/staticcheck
+
+$(STATICCHECK):
+	GOBIN=$(SERVERS_DIR)/bin $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+lint: vet $(STATICCHECK) ## gofmt, go vet and staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
-	@if command -v staticcheck >/dev/null; then staticcheck ./...; fi
+	$(STATICCHECK) ./...
 
 vet:
 	$(GO) vet ./...

@@ -498,6 +498,19 @@ func (t *Topology) ClusterFailover(ctx context.Context, replica, mode string) er
 		old.mu.Lock()
 		old.replicaOf = r
 		old.mu.Unlock()
+		// The old primary learns of its demotion by gossip; when it is reachable (not
+		// paused, killed or partitioned), wait for that so no caller sees two primaries for one shard.
+		if old.Running() && !old.isPaused() && !t.sb.touchesCut(old.Name) {
+			if err := waitFor(ctx, 2*t.cfg.nodeTimeout+5*time.Second, old.Name+" to turn replica", func(ctx context.Context) (bool, error) {
+				role, err := old.admin.Do(ctx, "ROLE").Slice()
+				if err != nil || len(role) == 0 {
+					return false, err
+				}
+				return role[0] == "slave", fmt.Errorf("%s role %v", old.Name, role[0])
+			}); err != nil {
+				return t.withLogs(err, old, r)
+			}
+		}
 	}
 	return t.WaitClusterOK(ctx)
 }
@@ -509,14 +522,18 @@ func (t *Topology) ClusterNodeFor(ctx context.Context, slot int) (*Node, error) 
 		if !n.Running() || n.isPaused() {
 			continue
 		}
-		slots, err := n.admin.ClusterSlots(ctx).Result()
+		shards, err := n.admin.ClusterShards(ctx).Result()
 		if err != nil {
 			continue
 		}
-		for _, s := range slots {
-			if slot >= s.Start && slot <= s.End && len(s.Nodes) > 0 {
+		for _, s := range shards {
+			for _, r := range s.Slots {
+				if int64(slot) < r.Start || int64(slot) > r.End {
+					continue
+				}
+				addr := shardPrimary(s)
 				for _, m := range t.nodes {
-					if m.Addr == s.Nodes[0].Addr {
+					if m.Addr == addr {
 						return m, nil
 					}
 				}

@@ -187,6 +187,18 @@ func (s *switchboard) setCut(from, to string, cut bool) error {
 	return nil
 }
 
+// touchesCut reports whether any partition involves peer.
+func (s *switchboard) touchesCut(peer string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k := range s.cut {
+		if k[0] == peer || k[1] == peer {
+			return true
+		}
+	}
+	return false
+}
+
 func (s *switchboard) allLinks() []*Link {
 	s.mu.Lock()
 	defer s.mu.Unlock()

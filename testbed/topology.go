@@ -41,7 +41,6 @@ type config struct {
 	failoverTO    time.Duration
 	extra         []string
 	logf          func(string, ...any)
-	clockOffset   time.Duration
 	adminTimeout  time.Duration
 	clientTimeout time.Duration
 }
@@ -603,21 +602,31 @@ func (t *Topology) WaitClusterOK(ctx context.Context) error {
 	})
 }
 
-// slotOwners summarises CLUSTER SLOTS as "lo-hi:port,…" (primary ports only).
+// slotOwners summarises CLUSTER SHARDS as "lo-hi:addr,…" (primaries only).
 func slotOwners(ctx context.Context, c *redis.Client) (string, error) {
-	slots, err := c.ClusterSlots(ctx).Result()
+	shards, err := c.ClusterShards(ctx).Result()
 	if err != nil {
 		return "", err
 	}
-	parts := make([]string, 0, len(slots))
-	for _, s := range slots {
-		if len(s.Nodes) == 0 {
-			continue
+	var parts []string
+	for _, s := range shards {
+		addr := shardPrimary(s)
+		for _, r := range s.Slots {
+			parts = append(parts, fmt.Sprintf("%d-%d:%s", r.Start, r.End, addr))
 		}
-		parts = append(parts, fmt.Sprintf("%d-%d:%s", s.Start, s.End, s.Nodes[0].Addr))
 	}
 	sortStrings(parts)
 	return strings.Join(parts, ","), nil
+}
+
+// shardPrimary is the announced address of a shard's primary ("" if none).
+func shardPrimary(s redis.ClusterShard) string {
+	for _, n := range s.Nodes {
+		if n.Role == "master" && n.Health == "online" {
+			return net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10))
+		}
+	}
+	return ""
 }
 
 func (t *Topology) withLogs(err error, ns ...*Node) error {
