@@ -1,0 +1,251 @@
+package prim
+
+import (
+	"context"
+	"crypto/rand"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+)
+
+//go:embed scripts/*.lua
+var scriptFS embed.FS
+
+func loadScript(name string) *redis.Script {
+	src, err := scriptFS.ReadFile("scripts/" + name)
+	if err != nil {
+		panic("prim: missing embedded script " + name)
+	}
+	return redis.NewScript(string(src))
+}
+
+var (
+	scriptFencedAcquire = loadScript("fenced_acquire.lua")
+	scriptLeaseRenew    = loadScript("lease_renew.lua")
+	scriptLeaseVerify   = loadScript("lease_verify.lua")
+	scriptLeaseRelease  = loadScript("lease_release.lua")
+)
+
+// Coordinator creates coordination primitives on a go-redis client. It performs
+// no I/O when created and never closes the client: the caller keeps owning it.
+// A Coordinator is safe for concurrent use.
+type Coordinator struct {
+	client  redis.UniversalClient
+	prefix  string
+	logger  *slog.Logger
+	meter   metric.Meter
+	cleanup time.Duration
+	m       *metrics
+	fences  *fencePool
+}
+
+// Option configures a Coordinator.
+type Option func(*Coordinator)
+
+// WithLogger sets the logger (default: slog.Default()). Uncertain outcomes and
+// failed clean-ups are logged at Warn, ordinary outcomes at Debug.
+func WithLogger(l *slog.Logger) Option { return func(c *Coordinator) { c.logger = l } }
+
+// WithMeterProvider records counters through an OpenTelemetry meter provider
+// (default: none).
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(c *Coordinator) { c.meter = mp.Meter("github.com/coordtorture/coordtorture/prim") }
+}
+
+// WithCleanupTimeout bounds each background clean-up step (fencing an uncertain
+// command with CLIENT KILL, owner-checked release after an uncertain outcome,
+// Close). Default 2s.
+func WithCleanupTimeout(d time.Duration) Option { return func(c *Coordinator) { c.cleanup = d } }
+
+// New returns a Coordinator for client. It sends nothing.
+func New(client redis.UniversalClient, opts ...Option) *Coordinator {
+	c := &Coordinator{client: client, logger: slog.Default(), cleanup: 2 * time.Second}
+	for _, o := range opts {
+		o(c)
+	}
+	if c.meter == nil {
+		c.meter = noop.NewMeterProvider().Meter("")
+	}
+	c.m = newMetrics(c.meter)
+	c.fences = newFencePool(client)
+	return c
+}
+
+// WithPrefix returns a view whose every physical key is prefix + the previous
+// view's prefix... applied in order: c.WithPrefix("a:").WithPrefix("b:") writes
+// "a:b:key". The view shares the client and has its own state.
+func (c *Coordinator) WithPrefix(prefix string) *Coordinator {
+	v := *c
+	v.prefix = c.prefix + prefix
+	v.fences = newFencePool(c.client)
+	return &v
+}
+
+// Prefix is the key prefix of this view.
+func (c *Coordinator) Prefix() string { return c.prefix }
+
+func (c *Coordinator) key(k string) string { return c.prefix + k }
+
+// keyPair validates and prefixes a lease/counter pair. Nothing is sent.
+func (c *Coordinator) keyPair(lease, counter string) (string, string, error) {
+	if lease == "" || counter == "" {
+		return "", "", invalid(ErrEmptyKey, "lease and counter keys must be non-empty")
+	}
+	if lease == counter {
+		return "", "", invalid(ErrSameKey, fmt.Sprintf("%q", lease))
+	}
+	pl, pc := c.key(lease), c.key(counter)
+	// Checked on every deployment, not only on Cluster: a pair that works on one
+	// server and fails after a move to Cluster would be a latent outage.
+	if Slot(pl) != Slot(pc) {
+		return "", "", invalid(ErrCrossSlot, fmt.Sprintf("%q is in slot %d, %q in slot %d; use a hash tag such as {name}:lease / {name}:fence",
+			pl, Slot(pl), pc, Slot(pc)))
+	}
+	return pl, pc, nil
+}
+
+func validTTL(ttl time.Duration) error {
+	if ttl < time.Millisecond || ttl%time.Millisecond != 0 {
+		return invalid(ErrInvalidTTL, ttl.String())
+	}
+	return nil
+}
+
+func newOwnerToken() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("prim: crypto/rand failed: " + err.Error())
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// uncertain reports whether err leaves the outcome of a sent command unknown:
+// anything but a reply from the server (a Redis error reply is definitive) and
+// redis.Nil.
+func uncertain(err error) bool {
+	if err == nil || errors.Is(err, redis.Nil) {
+		return false
+	}
+	var re redis.Error
+	if errors.As(err, &re) {
+		return false
+	}
+	return true
+}
+
+type metrics struct {
+	acquire, renew, release, uncertain metric.Int64Counter
+}
+
+func newMetrics(m metric.Meter) *metrics {
+	mk := func(name, desc string) metric.Int64Counter {
+		c, err := m.Int64Counter(name, metric.WithDescription(desc))
+		if err != nil {
+			c, _ = noop.NewMeterProvider().Meter("").Int64Counter(name)
+		}
+		return c
+	}
+	return &metrics{
+		acquire:   mk("prim.lock.acquire", "lock acquisition attempts by result"),
+		renew:     mk("prim.lock.renew", "lock renewals by result"),
+		release:   mk("prim.lock.release", "lock releases by result"),
+		uncertain: mk("prim.uncertain", "operations whose outcome was uncertain, by operation"),
+	}
+}
+
+func (m *metrics) add(ctx context.Context, c metric.Int64Counter, kind, result string) {
+	c.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attribute.String("primitive", kind), attribute.String("result", result)))
+}
+
+// ---- dedicated connections for fencing uncertain commands --------------------
+
+// fenceConn is a dedicated connection whose server-side id is known, so a command
+// left uncertain on it can be fenced: CLIENT KILL ID from another connection
+// guarantees it has either run already or never will.
+type fenceConn struct {
+	conn *redis.Conn
+	id   int64
+	node *redis.Client // sends the CLIENT KILL (from its own pool)
+	addr string
+}
+
+type fencePool struct {
+	client redis.UniversalClient
+	mu     sync.Mutex
+	idle   map[string][]*fenceConn
+}
+
+func newFencePool(c redis.UniversalClient) *fencePool {
+	return &fencePool{client: c, idle: map[string][]*fenceConn{}}
+}
+
+const maxIdleFenceConns = 8
+
+// nodeFor returns the client for the node that serves key.
+func (p *fencePool) nodeFor(ctx context.Context, key string) (*redis.Client, error) {
+	switch c := p.client.(type) {
+	case *redis.Client:
+		return c, nil
+	case *redis.ClusterClient:
+		return c.MasterForKey(ctx, key)
+	default:
+		return nil, fmt.Errorf("%w: %T", ErrUnsupportedClient, p.client)
+	}
+}
+
+func (p *fencePool) get(ctx context.Context, key string) (*fenceConn, error) {
+	node, err := p.nodeFor(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	addr := node.Options().Addr
+	p.mu.Lock()
+	if l := p.idle[addr]; len(l) > 0 {
+		fc := l[len(l)-1]
+		p.idle[addr] = l[:len(l)-1]
+		p.mu.Unlock()
+		return fc, nil
+	}
+	p.mu.Unlock()
+	conn := node.Conn()
+	id, err := conn.ClientID(ctx).Result()
+	if err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	return &fenceConn{conn: conn, id: id, node: node, addr: addr}, nil
+}
+
+func (p *fencePool) put(fc *fenceConn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.idle[fc.addr]) >= maxIdleFenceConns {
+		_ = fc.conn.Close()
+		return
+	}
+	p.idle[fc.addr] = append(p.idle[fc.addr], fc)
+}
+
+// fence closes the connection on the server with CLIENT KILL ID, sent from
+// another connection. Once it returns nil, whatever was sent on fc has either
+// executed or never will.
+func (c *Coordinator) fence(ctx context.Context, fc *fenceConn) error {
+	defer fc.conn.Close()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cleanup)
+	defer cancel()
+	err := fc.node.Do(ctx, "CLIENT", "KILL", "ID", fc.id).Err()
+	if err != nil && strings.Contains(err.Error(), "No such client") {
+		return nil // the server already closed it, which fences it as well
+	}
+	return err
+}

@@ -1,0 +1,77 @@
+// Package prim provides coordination primitives on Redis and Valkey, built to
+// be exactly as safe as they claim and no safer-sounding: fencing-token locks
+// today; waiting acquisition, leases, semaphores, latches and rate limiters as
+// they land.
+//
+// # Coordinator
+//
+// [New] wraps a go-redis client (standalone, Sentinel failover or Cluster) and
+// sends nothing; the caller keeps owning and closing the client.
+// [Coordinator.WithPrefix] gives a view that prefixes every physical key.
+//
+// # Fencing-token locks
+//
+// [Coordinator.TryAcquireFencedLock] takes two keys: an expiring lease key that
+// holds a random owner token, and a persistent counter key. One Lua script
+// checks the counter, checks contention, increments the counter and creates the
+// lease, so every acquisition gets a fencing token larger than every earlier
+// one of the same counter history. The token is read back from Redis as decimal
+// text, so it is exact for every positive int64 (Lua's doubles would round
+// above 2^53).
+//
+// Both keys must hash to the same Cluster slot after prefixing — use a hash tag,
+// "{invoice:42}:lease" and "{invoice:42}:fence". This is checked client-side on
+// every deployment, so code that works on one server keeps working on Cluster.
+//
+// # What fencing guarantees, and what it does not
+//
+// A lock alone cannot make a paused, slow or partitioned old owner stop. What
+// keeps data safe is the protected resource: it must compare each write's
+// token with the highest token it has accepted, atomically with the write, and
+// refuse lower ones. [FencedRecord] shows that check in memory; a real resource
+// does it in its own transaction, for example in SQL:
+//
+//	UPDATE invoices SET body = $2, last_token = $1
+//	 WHERE id = $3 AND last_token <= $1;
+//	-- 0 rows updated: a newer owner has written; this writer is stale.
+//
+// Equal tokens are accepted so one lease can write several times. Ownership
+// (renew, verify, release) is checked with the random owner token; the resource
+// orders writes with the fencing token.
+//
+// Tokens increase only within one retained counter history. Redis replicates
+// asynchronously: a failover can lose the last increments, so a new primary can
+// hand out a token that was already used. Restoring a backup, deleting or
+// expiring the counter, or an evicting maxmemory policy reuse or lower tokens
+// the same way. Keep the counter key for this primitive alone, never delete or
+// expire it, run a non-evicting policy and durability fit for the resource.
+// When tokens must be monotonic across any failover or rollback, use a
+// consensus-backed fencing authority; the coordtorture harness shows each of
+// these hazards happening (scenario fenced-lock/failover-forced).
+//
+// # Uncertain outcomes
+//
+// A timeout, cancellation or disconnect after a command was sent leaves its
+// outcome unknown; such errors match [ErrUncertain]. An acquisition that ends
+// this way is never returned as acquired: its token may be a gap and its lease
+// expires after its duration. A reply that arrives after the whole lease
+// duration is not returned either (its lease is released owner-checked). A
+// renewal whose outcome is uncertain makes the handle fail closed: Renew
+// returns false from then on, the dedicated connection it ran on is fenced with
+// CLIENT KILL ID from another connection (so the renewal cannot still execute
+// later), and the lease is released owner-checked. A release queued behind an
+// in-flight operation of the same handle waits for it, and still runs if its
+// caller's context ends first ([ErrReleasePending]).
+//
+// # ACL permissions
+//
+//   - TryAcquireFencedLock: EVALSHA and EVAL (the script runs TYPE, PTTL, GET,
+//     EXISTS, INCR and SET) on both keys.
+//   - Renew: CLIENT ID on a dedicated connection, EVALSHA/EVAL (GET, PEXPIRE),
+//     and CLIENT KILL to fence an uncertain renewal.
+//   - VerifyStillHeld: EVALSHA/EVAL (GET, PTTL). Release and Close: EVALSHA/EVAL
+//     (GET, DEL).
+//
+// Scripts are loaded on first use: EVALSHA, then EVAL on a definitive NOSCRIPT
+// reply. All scripts work on Redis 7.0+ and Valkey 8+.
+package prim

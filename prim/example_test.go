@@ -1,0 +1,65 @@
+package prim_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordtorture/coordtorture/prim"
+)
+
+// exampleClient is the client the examples use; a test points it at a real
+// server (see TestMain) before the examples run.
+var exampleClient redis.UniversalClient
+
+func ExampleCoordinator_TryAcquireFencedLock() {
+	ctx := context.Background()
+	c := prim.New(exampleClient)
+	lock, err := c.TryAcquireFencedLock(ctx, "{invoice:42}:lease", "{invoice:42}:fence", 30*time.Second)
+	if errors.Is(err, prim.ErrNotAcquired) {
+		fmt.Println("someone else holds it")
+		return
+	}
+	if err != nil {
+		fmt.Println("error:", err)
+		return
+	}
+	defer lock.Close()
+	fmt.Println("token", lock.FencingToken())
+	res, _ := lock.Release(ctx)
+	fmt.Println(res)
+	// Output:
+	// token 1
+	// Released
+}
+
+func ExampleFencedRecord() {
+	var record prim.FencedRecord
+	fmt.Println(record.TryWrite(12, "new owner"))
+	fmt.Println(record.TryWrite(12, "new owner, second write"))
+	fmt.Println(record.TryWrite(11, "stale owner"))
+	v, tok := record.Value()
+	fmt.Println(v, tok)
+	// Output:
+	// true
+	// true
+	// false
+	// new owner, second write 12
+}
+
+func ExampleFencedLock_Renew() {
+	ctx := context.Background()
+	c := prim.New(exampleClient).WithPrefix("example-renew:")
+	lock, err := c.TryAcquireFencedLock(ctx, "{job}:lease", "{job}:fence", 2*time.Second)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer lock.Close()
+	ok, err := lock.Renew(ctx, 10*time.Second)
+	fmt.Println(ok, err, lock.RemainingEstimate() > 5*time.Second)
+	// Output: true <nil> true
+}
