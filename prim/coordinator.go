@@ -137,10 +137,7 @@ func uncertain(err error) bool {
 		return false
 	}
 	var re redis.Error
-	if errors.As(err, &re) {
-		return false
-	}
-	return true
+	return !errors.As(err, &re)
 }
 
 type metrics struct {
