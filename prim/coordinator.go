@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -169,24 +168,20 @@ func (m *metrics) add(ctx context.Context, c metric.Int64Counter, kind, result s
 // fenceConn is a dedicated connection whose server-side id is known, so a command
 // left uncertain on it can be fenced: CLIENT KILL ID from another connection
 // guarantees it has either run already or never will.
+//
+// Each use takes a connection from the client's pool (which drops connections
+// that died while idle) and asks its id anew: one extra round trip, paid only by
+// operations that can be fenced (renewals), so a connection that broke while
+// idle never turns a healthy renewal into an uncertain one.
 type fenceConn struct {
 	conn *redis.Conn
 	id   int64
 	node *redis.Client // sends the CLIENT KILL (from its own pool)
-	addr string
 }
 
-type fencePool struct {
-	client redis.UniversalClient
-	mu     sync.Mutex
-	idle   map[string][]*fenceConn
-}
+type fencePool struct{ client redis.UniversalClient }
 
-func newFencePool(c redis.UniversalClient) *fencePool {
-	return &fencePool{client: c, idle: map[string][]*fenceConn{}}
-}
-
-const maxIdleFenceConns = 8
+func newFencePool(c redis.UniversalClient) *fencePool { return &fencePool{client: c} }
 
 // nodeFor returns the client for the node that serves key.
 func (p *fencePool) nodeFor(ctx context.Context, key string) (*redis.Client, error) {
@@ -205,33 +200,17 @@ func (p *fencePool) get(ctx context.Context, key string) (*fenceConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	addr := node.Options().Addr
-	p.mu.Lock()
-	if l := p.idle[addr]; len(l) > 0 {
-		fc := l[len(l)-1]
-		p.idle[addr] = l[:len(l)-1]
-		p.mu.Unlock()
-		return fc, nil
-	}
-	p.mu.Unlock()
 	conn := node.Conn()
 	id, err := conn.ClientID(ctx).Result()
 	if err != nil {
 		_ = conn.Close()
 		return nil, err
 	}
-	return &fenceConn{conn: conn, id: id, node: node, addr: addr}, nil
+	return &fenceConn{conn: conn, id: id, node: node}, nil
 }
 
-func (p *fencePool) put(fc *fenceConn) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.idle[fc.addr]) >= maxIdleFenceConns {
-		_ = fc.conn.Close()
-		return
-	}
-	p.idle[fc.addr] = append(p.idle[fc.addr], fc)
-}
+// put hands a connection whose last command completed back to the pool.
+func (p *fencePool) put(fc *fenceConn) { _ = fc.conn.Close() }
 
 // fence closes the connection on the server with CLIENT KILL ID, sent from
 // another connection. Once it returns nil, whatever was sent on fc has either
