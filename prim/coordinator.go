@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -141,6 +142,9 @@ func uncertain(err error) bool {
 
 type metrics struct {
 	acquire, renew, release, uncertain metric.Int64Counter
+
+	mu   sync.Mutex
+	opts map[[2]string]metric.AddOption // precomputed attribute sets
 }
 
 func newMetrics(m metric.Meter) *metrics {
@@ -156,11 +160,20 @@ func newMetrics(m metric.Meter) *metrics {
 		renew:     mk("prim.lock.renew", "lock renewals by result"),
 		release:   mk("prim.lock.release", "lock releases by result"),
 		uncertain: mk("prim.uncertain", "operations whose outcome was uncertain, by operation"),
+		opts:      map[[2]string]metric.AddOption{},
 	}
 }
 
 func (m *metrics) add(ctx context.Context, c metric.Int64Counter, kind, result string) {
-	c.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attribute.String("primitive", kind), attribute.String("result", result)))
+	k := [2]string{kind, result}
+	m.mu.Lock()
+	o, ok := m.opts[k]
+	if !ok {
+		o = metric.WithAttributeSet(attribute.NewSet(attribute.String("primitive", kind), attribute.String("result", result)))
+		m.opts[k] = o
+	}
+	m.mu.Unlock()
+	c.Add(ctx, 1, o)
 }
 
 // ---- dedicated connections for fencing uncertain commands --------------------

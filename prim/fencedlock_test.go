@@ -120,6 +120,18 @@ func TestTokenPrecision(t *testing.T) {
 			t.Fatalf("token %d, want exactly 2^53+2", got)
 		}
 		l.Release(ctx)
+		// The script increments the decimal string itself: carries at every width.
+		for _, v := range []int64{0, 8, 9, 19, 99, 109, 1999, 199999, 999999999999999999, 1<<62 - 1} {
+			e.admin.Set(ctx, fence, strconv.FormatInt(v, 10), 0)
+			l, err := co.TryAcquireFencedLock(ctx, lease, fence, time.Second)
+			if err != nil || l.FencingToken() != v+1 {
+				t.Fatalf("counter %d → %v, %v; want %d", v, l, err, v+1)
+			}
+			if got := e.admin.Get(ctx, fence).Val(); got != strconv.FormatInt(v+1, 10) {
+				t.Fatalf("counter %d stored as %q", v, got)
+			}
+			l.Release(ctx)
+		}
 		e.admin.Set(ctx, fence, strconv.FormatInt(math.MaxInt64-1, 10), 0)
 		l, err = co.TryAcquireFencedLock(ctx, lease, fence, time.Second)
 		if err != nil || l.FencingToken() != math.MaxInt64 {

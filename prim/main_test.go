@@ -2,6 +2,7 @@ package prim_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -23,6 +24,10 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	// A rapid failure is reported in the test output with its seed; no fail
+	// files are written into the source tree.
+	_ = flag.Set("rapid.nofailfile", "true")
 	code := func() int {
 		defer func() {
 			serversMu.Lock()
