@@ -36,8 +36,8 @@ lint: vet $(STATICCHECK) ## gofmt, go vet and staticcheck
 vet:
 	$(GO) vet ./...
 
-bench: servers ## benchmarks
-	$(GO) test -run '^$$' -bench . -benchmem ./...
+bench: servers ## benchmarks (prim beside its peers on the default build)
+	COORDTORTURE_SERVERS=redis-8.0 $(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./...
 
 clean: ## remove fetched servers
 	rm -rf .servers .images
