@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/coordtorture/coordtorture/prim"
 	"github.com/coordtorture/coordtorture/testbed"
@@ -411,5 +413,55 @@ func TestSlot(t *testing.T) {
 		if got := prim.Slot(k); got != want {
 			t.Errorf("Slot(%q) = %d, want %d", k, got, want)
 		}
+	}
+}
+
+func TestMetricsAndFailoverClient(t *testing.T) {
+	for _, b := range testbed.Matrix() {
+		t.Run(b, func(t *testing.T) {
+			ctx := ctxT(t, time.Minute)
+			topo := testbed.Replicated(t, b, 1, 3)
+			c, err := topo.Client() // a Sentinel failover client
+			if err != nil {
+				t.Fatal(err)
+			}
+			reader := sdkmetric.NewManualReader()
+			co := prim.New(c, prim.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
+			l, err := co.TryAcquireFencedLock(ctx, "{m}:lease", "{m}:fence", 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := co.TryAcquireFencedLock(ctx, "{m}:lease", "{m}:fence", 5*time.Second); !errors.Is(err, prim.ErrNotAcquired) {
+				t.Fatalf("second acquisition: %v", err)
+			}
+			if ok, err := l.Renew(ctx, 5*time.Second); !ok || err != nil {
+				t.Fatalf("renew through the failover client: %v %v", ok, err)
+			}
+			if r, err := l.Release(ctx); r != prim.Released || err != nil {
+				t.Fatalf("release: %v %v", r, err)
+			}
+			var rm metricdata.ResourceMetrics
+			if err := reader.Collect(ctx, &rm); err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]int64{}
+			for _, sm := range rm.ScopeMetrics {
+				for _, m := range sm.Metrics {
+					if s, ok := m.Data.(metricdata.Sum[int64]); ok {
+						for _, dp := range s.DataPoints {
+							r, _ := dp.Attributes.Value("result")
+							got[m.Name+"/"+r.AsString()] += dp.Value
+						}
+					}
+				}
+			}
+			want := map[string]int64{"prim.lock.acquire/acquired": 1, "prim.lock.acquire/contended": 1,
+				"prim.lock.renew/renewed": 1, "prim.lock.release/Released": 1}
+			for k, v := range want {
+				if got[k] != v {
+					t.Errorf("%s = %d, want %d (all: %v)", k, got[k], v, got)
+				}
+			}
+		})
 	}
 }
