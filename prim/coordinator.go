@@ -47,6 +47,7 @@ type Coordinator struct {
 	cleanup time.Duration
 	m       *metrics
 	fences  *fencePool
+	ws      *watchers
 }
 
 // Option configures a Coordinator.
@@ -78,12 +79,13 @@ func New(client redis.UniversalClient, opts ...Option) *Coordinator {
 	}
 	c.m = newMetrics(c.meter)
 	c.fences = newFencePool(client)
+	c.ws = &watchers{byAddr: map[string]*watcher{}}
 	return c
 }
 
-// WithPrefix returns a view whose every physical key is prefix + the previous
-// view's prefix... applied in order: c.WithPrefix("a:").WithPrefix("b:") writes
-// "a:b:key". The view shares the client and has its own state.
+// WithPrefix returns a view whose physical keys are prefixed; prefixes nest in
+// order: c.WithPrefix("a:").WithPrefix("b:") writes "a:b:key". The view shares
+// the client and the invalidation watchers, and has its own state otherwise.
 func (c *Coordinator) WithPrefix(prefix string) *Coordinator {
 	v := *c
 	v.prefix = c.prefix + prefix

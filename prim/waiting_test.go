@@ -1,0 +1,290 @@
+package prim_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordtorture/coordtorture/prim"
+	"github.com/coordtorture/coordtorture/testbed"
+)
+
+// serverCalls is the server's total command count (INFO commandstats), minus the
+// INFO calls that read it.
+func serverCalls(ctx context.Context, a *redis.Client) int64 {
+	info := a.Info(ctx, "commandstats").Val()
+	var n int64
+	for _, line := range strings.Split(info, "\n") {
+		if !strings.HasPrefix(line, "cmdstat_") || strings.HasPrefix(line, "cmdstat_info:") {
+			continue
+		}
+		_, rest, _ := strings.Cut(line, "calls=")
+		v, _ := strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
+		n += v
+	}
+	return n
+}
+
+func forEachProtocol(t *testing.T, e *env, f func(t *testing.T, c redis.UniversalClient, cnt *counter)) {
+	for _, proto := range []int{2, 3} {
+		t.Run(fmt.Sprintf("resp%d", proto), func(t *testing.T) {
+			c, cnt := e.client(t, testbed.WithProtocol(proto))
+			f(t, c, cnt)
+		})
+	}
+}
+
+func TestWaitingHandOff(t *testing.T) {
+	forEachBuild(t, func(t *testing.T, e *env) {
+		forEachProtocol(t, e, func(t *testing.T, c redis.UniversalClient, cnt *counter) {
+			ctx := ctxT(t, time.Minute)
+			co := prim.New(c)
+			defer co.Close()
+			lease, fence := e.k(t.Name()+"{h}:lease"), e.k(t.Name()+"{h}:fence")
+			holder, err := co.TryAcquireFencedLock(ctx, lease, fence, 30*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan *prim.FencedLock, 1)
+			errc := make(chan error, 1)
+			before := cnt.get()
+			go func() {
+				l, err := co.AcquireFencedLock(ctx, lease, fence, 10*time.Second)
+				if err != nil {
+					errc <- err
+					return
+				}
+				got <- l
+			}()
+			time.Sleep(200 * time.Millisecond) // the waiter is registered and asleep
+			serverBefore := serverCalls(ctx, e.admin)
+			clientBefore := cnt.get()
+			time.Sleep(1500 * time.Millisecond)
+			idleServer := serverCalls(ctx, e.admin) - serverBefore
+			idleClient := cnt.get() - clientBefore
+			// While asleep: no acquisition attempts at all, and on the server only
+			// the watcher's keep-alive (about one PING a second per node).
+			if idleClient != 0 || idleServer > 4 {
+				t.Fatalf("an idle waiter issued %d client commands and the server saw %d in 1.5s", idleClient, idleServer)
+			}
+			released := time.Now()
+			if r, err := holder.Release(ctx); r != prim.Released || err != nil {
+				t.Fatal(r, err)
+			}
+			select {
+			case l := <-got:
+				t.Logf("hand-off took %v; waiter sent %d commands in all", time.Since(released), cnt.get()-before)
+				if l.FencingToken() != holder.FencingToken()+1 {
+					t.Fatalf("waiter token %d after %d", l.FencingToken(), holder.FencingToken())
+				}
+				if time.Since(released) > time.Second {
+					t.Fatalf("hand-off took %v", time.Since(released))
+				}
+				if n := cnt.get() - before; n > 6 {
+					t.Fatalf("waiter sent %d commands for one hand-off", n)
+				}
+				l.Release(ctx)
+			case err := <-errc:
+				t.Fatal(err)
+			case <-time.After(5 * time.Second):
+				t.Fatal("waiter did not acquire after the release")
+			}
+		})
+	})
+}
+
+func TestWaitingExpiryWithoutRelease(t *testing.T) {
+	forEachBuild(t, func(t *testing.T, e *env) {
+		ctx := ctxT(t, time.Minute)
+		c, _ := e.client(t)
+		co := prim.New(c)
+		defer co.Close()
+		lease, fence := e.k("{x}:lease"), e.k("{x}:fence")
+		const ttl = 700 * time.Millisecond
+		start := time.Now()
+		if _, err := co.TryAcquireFencedLock(ctx, lease, fence, ttl); err != nil {
+			t.Fatal(err)
+		}
+		// The holder vanishes without releasing; no invalidation comes until the
+		// server removes the key, which it does lazily or in its expiry cycle.
+		l, err := co.AcquireFencedLock(ctx, lease, fence, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		el := time.Since(start)
+		if el < ttl-20*time.Millisecond || el > ttl+50*time.Millisecond {
+			t.Fatalf("waiter acquired after %v; the lease ran %v", el, ttl)
+		}
+		l.Release(ctx)
+	})
+}
+
+func TestWaitingLostNotifications(t *testing.T) {
+	forEachBuild(t, func(t *testing.T, e *env) {
+		ctx := ctxT(t, time.Minute)
+		c, _ := e.client(t, testbed.WithTimeout(500*time.Millisecond))
+		co := prim.New(c)
+		defer co.Close()
+		lease, fence := e.k("{n}:lease"), e.k("{n}:fence")
+		link, err := e.topo.Link(e.peer, "n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, fault := range []string{"client-kill", "partition"} {
+			t.Run(fault, func(t *testing.T) {
+				holder, err := co.TryAcquireFencedLock(ctx, lease, fence, 20*time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := make(chan error, 1)
+				go func() {
+					l, err := co.AcquireFencedLock(ctx, lease, fence, 10*time.Second)
+					if err == nil {
+						l.Release(ctx)
+					}
+					got <- err
+				}()
+				time.Sleep(200 * time.Millisecond)
+				switch fault {
+				case "client-kill":
+					// Kill every tracking and invalidation connection of the server.
+					for _, line := range strings.Split(e.admin.ClientList(ctx).Val(), "\n") {
+						if strings.Contains(line, "flags=t") || strings.Contains(line, "cmd=subscribe") || strings.Contains(line, "cmd=ping") && strings.Contains(line, "sub=1") {
+							id := strings.TrimPrefix(strings.Fields(line)[0], "id=")
+							e.admin.Do(ctx, "CLIENT", "KILL", "ID", id)
+						}
+					}
+				case "partition":
+					if err := link.Partition(); err != nil {
+						t.Fatal(err)
+					}
+					time.Sleep(1500 * time.Millisecond)
+					if err := link.Heal(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				// The holder releases through another peer's client: the
+				// invalidation may be lost, the waiter must still acquire promptly.
+				time.Sleep(100 * time.Millisecond)
+				e.admin.Del(ctx, lease)
+				_ = holder
+				select {
+				case err := <-got:
+					if err != nil {
+						t.Fatal(err)
+					}
+				case <-time.After(8 * time.Second):
+					t.Fatal("waiter did not acquire after its notifications were lost")
+				}
+			})
+		}
+	})
+}
+
+func TestWaitingFlushAndCancel(t *testing.T) {
+	forEachBuild(t, func(t *testing.T, e *env) {
+		ctx := ctxT(t, time.Minute)
+		c, _ := e.client(t)
+		co := prim.New(c)
+		defer co.Close()
+		lease, fence := e.k("{f}:lease"), e.k("{f}:fence")
+		if _, err := co.TryAcquireFencedLock(ctx, lease, fence, 30*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		// A cancelled waiter returns and leaves nothing behind.
+		cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		_, err := co.AcquireFencedLock(cctx, lease, fence, 10*time.Second)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("cancelled waiter: %v", err)
+		}
+		// FLUSHDB (a null invalidation) wakes the waiter, which then acquires.
+		got := make(chan error, 1)
+		go func() {
+			l, err := co.AcquireFencedLock(ctx, lease, fence, 10*time.Second)
+			if err == nil {
+				l.Release(ctx)
+			}
+			got <- err
+		}()
+		time.Sleep(200 * time.Millisecond)
+		// Only this test's keys go: the other builds' servers are separate, and
+		// FLUSHDB with this test's keys alone in flight is what matters here.
+		start := time.Now()
+		if err := e.admin.FlushDB(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatal(err)
+			}
+			if el := time.Since(start); el > time.Second {
+				t.Fatalf("flush woke the waiter after %v", el)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("FLUSHDB did not wake the waiter")
+		}
+	})
+}
+
+func TestWaitingManyWaiters(t *testing.T) {
+	forEachBuild(t, func(t *testing.T, e *env) {
+		ctx := ctxT(t, 2*time.Minute)
+		c, _ := e.client(t)
+		co := prim.New(c)
+		defer co.Close()
+		lease, fence := e.k("{w}:lease"), e.k("{w}:fence")
+		const n = 32
+		var (
+			holding atomic.Int32
+			mu      sync.Mutex
+			tokens  []int64
+			wg      sync.WaitGroup
+			errs    = make(chan error, n)
+		)
+		for i := 0; i < n; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				l, err := co.AcquireFencedLock(ctx, lease, fence, 10*time.Second)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if !holding.CompareAndSwap(0, 1) {
+					errs <- errors.New("two holders at once")
+				}
+				mu.Lock()
+				tokens = append(tokens, l.FencingToken())
+				mu.Unlock()
+				time.Sleep(5 * time.Millisecond)
+				holding.Store(0)
+				if r, err := l.Release(ctx); r != prim.Released || err != nil {
+					errs <- fmt.Errorf("release %v %v", r, err)
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		if len(tokens) != n {
+			t.Fatalf("%d of %d waiters acquired", len(tokens), n)
+		}
+		for i := 1; i < n; i++ {
+			if tokens[i] <= tokens[i-1] {
+				t.Fatalf("tokens not increasing: %v", tokens)
+			}
+		}
+	})
+}
