@@ -25,11 +25,7 @@ var casDelete = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then r
 // server, not through the testbed's proxies, so the figures compare the
 // implementations rather than the proxy; compare ratios, not absolute times.
 func BenchmarkLockPair(b *testing.B) {
-	build := testbed.DefaultBuild
-	if m := testbed.Matrix(); len(m) == 1 {
-		build = m[0]
-	}
-	topo, err := server(build)
+	topo, err := server(benchBuild())
 	if err != nil {
 		b.Fatal(err)
 	}

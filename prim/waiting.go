@@ -53,8 +53,9 @@ func readPTTL(key string) func(context.Context, *redis.Conn) (int64, error) {
 const fallbackRecheck = 50 * time.Millisecond
 
 // waitUntil is the waiting loop shared by every waiting acquisition: register,
-// track (read key on the tracking connection), attempt, then sleep until an
-// invalidation, the holder's deadline, or ctx's end.
+// then track (read key on the tracking connection) and attempt, then sleep until
+// an invalidation, the holder's deadline, or ctx's end. read returns the key's
+// (or field's) PTTL, -2 when it does not exist.
 //
 // attempt reports done, or the time until the current holder's lease ends
 // (negative: no expiry).
@@ -66,21 +67,42 @@ func (c *Coordinator) waitUntil(ctx context.Context, key string, read func(conte
 			return fmt.Errorf("prim: waiting for %q: %w", key, ctx.Err())
 		}
 		var wt *waiter
-		tracked := false
+		// The tracking read and the acquisition attempt go out together, so a
+		// wake-up costs one round trip, not two. Either order on the server is
+		// safe: if the attempt saw the key held but the tracking read found it
+		// gone, the holder left in between and no invalidation will come, so the
+		// waiter retries at once; if the read found it present, the server tracks
+		// it from then on and any later change wakes the waiter.
+		type trackResult struct {
+			v   int64
+			err error
+		}
+		trackc := make(chan trackResult, 1)
 		if w != nil {
 			wt = w.register(key)
-			if _, err := w.track(ctx, read); err == nil {
-				tracked = true
-			} else if !errors.Is(err, errSubscribing) {
-				c.logger.DebugContext(ctx, "prim: tracking read failed; re-checking on a short timer", "key", key, "err", err)
-			}
+			go func() {
+				v, err := w.track(ctx, read)
+				trackc <- trackResult{v, err}
+			}()
+		} else {
+			trackc <- trackResult{0, werr}
 		}
 		done, remaining, err := attempt(ctx)
+		tr := <-trackc
 		if done || err != nil {
 			if wt != nil {
 				w.unregister(key, wt)
 			}
 			return err
+		}
+		tracked := tr.err == nil
+		if tr.err != nil && !errors.Is(tr.err, errSubscribing) {
+			c.logger.DebugContext(ctx, "prim: tracking read failed; re-checking on a short timer", "key", key, "err", tr.err)
+		}
+		if tracked && tr.v < -1 {
+			// Gone by the time it was tracked: try again now.
+			w.unregister(key, wt)
+			continue
 		}
 		wait := time.Duration(-1)
 		if remaining >= 0 {
