@@ -1,7 +1,7 @@
 // Package prim provides coordination primitives on Redis and Valkey, built to
-// be exactly as safe as they claim and no safer-sounding: fencing-token locks
-// today; waiting acquisition, leases, semaphores, latches and rate limiters as
-// they land.
+// be exactly as safe as they claim and no safer-sounding: fencing-token locks,
+// waiting acquisition on invalidations, and named hash-field leases today;
+// semaphores, latches, read-write leases, Redlock and rate limiters as they land.
 //
 // # Coordinator
 //
@@ -49,6 +49,47 @@
 // consensus-backed fencing authority; the coordtorture harness shows each of
 // these hazards happening (scenario fenced-lock/failover-forced).
 //
+// # Waiting without polling
+//
+// [Coordinator.AcquireFencedLock] and [Coordinator.AcquireLease] wait on
+// server-assisted client-side-caching invalidations (CLIENT TRACKING), not on a
+// sleep-and-retry loop: a waiter costs nothing while it waits and wakes within a
+// round trip of a release. Nothing has to be configured on the server (no
+// notify-keyspace-events) and nothing on the client: the Coordinator opens its
+// own two connections per node, from a copy of the client's options (address,
+// credentials, TLS, dialer), and speaks RESP2 on them whatever protocol the
+// client uses:
+//
+//   - a Pub/Sub connection subscribed to __redis__:invalidate, read by its own
+//     goroutine;
+//   - a tracking connection, CLIENT TRACKING ON REDIRECT to the first, on which
+//     the waiter reads the key (PTTL, HPTTL) so the server tracks it.
+//
+// RESP3 pushes would need only one connection, but go-redis reads a RESP3 push
+// only when a reply is read on that connection, so an idle waiter would miss
+// it; a Pub/Sub connection is always being read. The read is registered before
+// the acquisition script runs, so a release or expiry in between leaves a
+// wake-up queued; invalidations are hints and only the script grants.
+//
+// An expiring key sends its invalidation only when the server removes it, so a
+// waiter also wakes at the holder's PTTL deadline. A lost Pub/Sub or tracking
+// connection, a failed keep-alive (one PING a second per node while anyone
+// waits) or a flush wakes every waiter on the node to check again. In Cluster
+// the watcher is on the node that serves the key's slot; after a failover the
+// waiter re-resolves the owner on its next wake. Call [Coordinator.Close] to
+// stop the watchers; the client stays the caller's.
+//
+// # Named leases in hash fields
+//
+// [Coordinator.TryAcquireLease] keeps each named lease as one field of a hash,
+// with its own field expiry (HPEXPIRE: Redis 7.4+, Valkey 9+; older servers fail
+// with [ErrFeatureUnsupported] before anything is written). The hash must not
+// have a key-level expiry, which would delete every lease at once
+// ([ErrHashKeyExpiring]). Waiters on one hash wake on any change to it and make
+// another owner-checked attempt. An acquisition with an uncertain outcome is
+// never replayed: its dedicated connection is fenced with CLIENT KILL ID and the
+// field released owner-checked.
+//
 // # Uncertain outcomes
 //
 // A timeout, cancellation or disconnect after a command was sent leaves its
@@ -71,6 +112,12 @@
 //     and CLIENT KILL to fence an uncertain renewal.
 //   - VerifyStillHeld: EVALSHA/EVAL (GET, PTTL). Release and Close: EVALSHA/EVAL
 //     (GET, DEL).
+//   - AcquireFencedLock, AcquireLease (waiting): in addition CLIENT ID, CLIENT
+//     TRACKING, SUBSCRIBE to __redis__:invalidate, PING, and the read commands
+//     PTTL (fenced locks) or HPTTL (leases) on the key.
+//   - TryAcquireLease and lease handles: CLIENT ID and CLIENT KILL (fencing
+//     uncertain acquisitions and renewals), EVALSHA/EVAL running HPTTL, PTTL,
+//     HSET, HPEXPIRE, HGET and HDEL.
 //
 // Scripts are loaded on first use: EVALSHA, then EVAL on a definitive NOSCRIPT
 // reply. All scripts work on Redis 7.0+ and Valkey 8+.

@@ -63,3 +63,41 @@ func ExampleFencedLock_Renew() {
 	fmt.Println(ok, err, lock.RemainingEstimate() > 5*time.Second)
 	// Output: true <nil> true
 }
+
+func ExampleCoordinator_AcquireFencedLock() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c := prim.New(exampleClient).WithPrefix("example-wait:")
+	defer c.Close() // stops the invalidation watchers; the client stays open
+	holder, _ := c.TryAcquireFencedLock(ctx, "{job}:lease", "{job}:fence", 10*time.Second)
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		holder.Release(ctx)
+	}()
+	// Sleeps until the holder's release invalidates the lease key.
+	lock, err := c.AcquireFencedLock(ctx, "{job}:lease", "{job}:fence", 10*time.Second)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer lock.Close()
+	fmt.Println("token", lock.FencingToken())
+	// Output: token 2
+}
+
+func ExampleCoordinator_TryAcquireLease() {
+	ctx := context.Background()
+	c := prim.New(exampleClient).WithPrefix("example-lease:")
+	lease, err := c.TryAcquireLease(ctx, "workers", "worker:42", 30*time.Second)
+	if errors.Is(err, prim.ErrFeatureUnsupported) {
+		fmt.Println("needs Redis 7.4+ or Valkey 9+")
+		return
+	}
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer lease.Close()
+	fmt.Println(lease.Field())
+	// Output: worker:42
+}

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,7 +37,13 @@ func TestMain(m *testing.M) {
 			}
 			serversMu.Unlock()
 		}()
-		topo, err := server(testbed.Matrix()[0])
+		// Examples run on the default build when the matrix has it (the lease
+		// example needs hash-field expiry), else on the first build.
+		build := testbed.Matrix()[0]
+		if slices.Contains(testbed.Matrix(), testbed.DefaultBuild) {
+			build = testbed.DefaultBuild
+		}
+		topo, err := server(build)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
