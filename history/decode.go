@@ -1,0 +1,826 @@
+package history
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"unicode"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// Field numbers of Op, for the scanner and for error columns.
+const (
+	fNone = iota
+	fI
+	fProc
+	fType
+	fF
+	fKey
+	fField
+	fToken
+	fOwner
+	fTTL
+	fValue
+	fErr
+	fN
+	fCount
+	fGen
+	fSeq
+	fCapacity
+	fAlgo
+	fLimit
+	fWindow
+	fSegments
+	fBurst
+	fRate
+	fPeriod
+	fT
+	nFields
+)
+
+// fieldNames are the JSON names, indexed by field number.
+var fieldNames = [nFields]string{
+	fI: "i", fProc: "proc", fType: "type", fF: "f", fKey: "key", fField: "field",
+	fToken: "token", fOwner: "owner", fTTL: "ttl_ms", fValue: "value", fErr: "err",
+	fN: "n", fCount: "count", fGen: "gen", fSeq: "seq", fCapacity: "capacity",
+	fAlgo: "algo", fLimit: "limit", fWindow: "window_ms", fSegments: "segments",
+	fBurst: "burst", fRate: "rate", fPeriod: "period_ms", fT: "t",
+}
+
+// foldedFields maps case-folded names to field numbers: encoding/json matches
+// object keys to struct fields case-insensitively, and so does the scanner.
+var foldedFields = func() map[string]int {
+	m := make(map[string]int, nFields)
+	for f := fI; f < nFields; f++ {
+		m[string(foldName([]byte(fieldNames[f])))] = f
+	}
+	return m
+}()
+
+func lookupField(key []byte) int {
+	switch string(key) {
+	case "i":
+		return fI
+	case "proc":
+		return fProc
+	case "type":
+		return fType
+	case "f":
+		return fF
+	case "key":
+		return fKey
+	case "field":
+		return fField
+	case "token":
+		return fToken
+	case "owner":
+		return fOwner
+	case "ttl_ms":
+		return fTTL
+	case "value":
+		return fValue
+	case "err":
+		return fErr
+	case "n":
+		return fN
+	case "count":
+		return fCount
+	case "gen":
+		return fGen
+	case "seq":
+		return fSeq
+	case "capacity":
+		return fCapacity
+	case "algo":
+		return fAlgo
+	case "limit":
+		return fLimit
+	case "window_ms":
+		return fWindow
+	case "segments":
+		return fSegments
+	case "burst":
+		return fBurst
+	case "rate":
+		return fRate
+	case "period_ms":
+		return fPeriod
+	case "t":
+		return fT
+	}
+	if len(key) > 32 {
+		return fNone
+	}
+	return foldedFields[string(foldName(key))]
+}
+
+// foldName folds a name the way encoding/json does (ASCII upper case, other
+// runes to the smallest rune of their fold set).
+func foldName(in []byte) []byte {
+	out := make([]byte, 0, len(in))
+	for i := 0; i < len(in); {
+		if c := in[i]; c < utf8.RuneSelf {
+			if 'a' <= c && c <= 'z' {
+				c -= 'a' - 'A'
+			}
+			out = append(out, c)
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRune(in[i:])
+		for {
+			r2 := unicode.SimpleFold(r)
+			if r2 <= r {
+				r = r2
+				break
+			}
+			r = r2
+		}
+		out = utf8.AppendRune(out, r)
+		i += n
+	}
+	return out
+}
+
+// MaxLineBytes is the longest line a Decoder accepts.
+const MaxLineBytes = 16 << 20
+
+// maxDepth bounds the nesting of ignored values, as encoding/json does.
+const maxDepth = 10000
+
+// Decoder reads a history in the JSONL form of FORMAT.md and checks it as it
+// goes: every record must be a JSON object on one line, with a valid type,
+// increasing i, non-decreasing t, at most one operation in flight per
+// process, and no completion without its invoke. Any violation is an *Error
+// with the line and column; the Decoder never panics on any input.
+type Decoder struct {
+	r       *bufio.Reader
+	line    int
+	long    []byte
+	scratch []byte
+	strs    map[string]string
+	v       validator
+	pos     [nFields]int
+	err     error
+}
+
+// NewDecoder returns a Decoder reading from r. It buffers its input.
+func NewDecoder(r io.Reader) *Decoder {
+	return &Decoder{r: bufio.NewReaderSize(r, 64<<10), strs: make(map[string]string)}
+}
+
+// Line is the number of lines read so far.
+func (d *Decoder) Line() int { return d.line }
+
+// Decode reads the next record into op. It returns io.EOF after the last
+// record, an *Error for a malformed record, or the reader's error. Errors are
+// sticky. Blank lines are skipped.
+func (d *Decoder) Decode(op *Op) error {
+	if d.err != nil {
+		return d.err
+	}
+	for {
+		line, err := d.readLine()
+		if e, ok := err.(*Error); ok {
+			d.line++
+			d.err = e
+			return e
+		}
+		if err != nil && (err != io.EOF || len(line) == 0) {
+			if err != io.EOF {
+				err = fmt.Errorf("history: reading line %d: %w", d.line+1, err)
+			}
+			d.err = err
+			return err
+		}
+		d.line++
+		if isBlank(line) {
+			continue
+		}
+		*op = Op{}
+		d.pos = [nFields]int{}
+		if e := d.parse(line, op); e != nil {
+			d.err = &Error{Line: d.line, Column: e.col + 1, Msg: e.msg}
+			return d.err
+		}
+		if e := d.v.check(op, d.line); e != nil {
+			d.err = &Error{Line: d.line, Column: d.pos[e.field] + 1, Msg: e.msg}
+			return d.err
+		}
+		return nil
+	}
+}
+
+// readLine returns the next line without its '\n'. A line longer than
+// MaxLineBytes is an *Error (returned with a non-empty line).
+func (d *Decoder) readLine() ([]byte, error) {
+	b, err := d.r.ReadSlice('\n')
+	if err == nil {
+		return b[:len(b)-1], nil
+	}
+	if err != bufio.ErrBufferFull {
+		return b, err // the last line (io.EOF) or a read error
+	}
+	d.long = append(d.long[:0], b...)
+	for {
+		b, err = d.r.ReadSlice('\n')
+		d.long = append(d.long, b...)
+		if len(d.long) > MaxLineBytes+1 {
+			return d.long[:1], &Error{Line: d.line + 1, Column: MaxLineBytes + 1, Msg: fmt.Sprintf("line longer than %d bytes", MaxLineBytes)}
+		}
+		switch err {
+		case nil:
+			return d.long[:len(d.long)-1], nil
+		case bufio.ErrBufferFull:
+			continue
+		default:
+			return d.long, err
+		}
+	}
+}
+
+func isBlank(b []byte) bool {
+	for _, c := range b {
+		if c != ' ' && c != '\t' && c != '\r' && c != '\n' {
+			return false
+		}
+	}
+	return true
+}
+
+// ReadAll decodes every record of r. On error it returns the records before
+// the bad one.
+func ReadAll(r io.Reader) ([]Op, error) {
+	d := NewDecoder(r)
+	// Fill fixed-size chunks and copy once at the end: growing one slice of
+	// large structs by doubling costs more than decoding them.
+	var chunks [][]Op
+	cur := make([]Op, 0, 1024)
+	total := 0
+	var err error
+	for {
+		if len(cur) == cap(cur) {
+			chunks = append(chunks, cur)
+			cur = make([]Op, 0, min(2*cap(cur), 64<<10))
+		}
+		cur = cur[:len(cur)+1]
+		if err = d.Decode(&cur[len(cur)-1]); err != nil {
+			cur = cur[:len(cur)-1]
+			break
+		}
+		total++
+	}
+	if err == io.EOF {
+		err = nil
+	}
+	if len(chunks) == 0 {
+		return cur, err
+	}
+	ops := make([]Op, 0, total)
+	for _, c := range chunks {
+		ops = append(ops, c...)
+	}
+	return append(ops, cur...), err
+}
+
+// Read decodes a whole history and pairs its operations.
+func Read(r io.Reader) (*History, error) {
+	ops, err := ReadAll(r)
+	if err != nil {
+		return nil, err
+	}
+	return build(ops), nil
+}
+
+// ParseRecord parses one line into op without the history-level checks (the
+// order of i and t, processes in flight), and checks only that the line is
+// one JSON object whose known fields have the right JSON types. It agrees
+// with encoding/json.Unmarshal into an Op on every input that function
+// accepts. The returned error is an *Error with Line 1.
+func ParseRecord(line []byte, op *Op) error {
+	d := Decoder{strs: make(map[string]string)}
+	*op = Op{}
+	if e := d.parse(line, op); e != nil {
+		return &Error{Line: 1, Column: e.col + 1, Msg: e.msg}
+	}
+	return nil
+}
+
+type scanErr struct {
+	col int // 0-based
+	msg string
+}
+
+func errAt(b []byte, i int, what string) *scanErr {
+	if i >= len(b) {
+		return &scanErr{i, "unexpected end of line, " + what}
+	}
+	return &scanErr{i, fmt.Sprintf("invalid character %s, %s", quoteChar(b[i]), what)}
+}
+
+func quoteChar(c byte) string {
+	if c == '\'' {
+		return `'\''`
+	}
+	if c == '"' {
+		return `'"'`
+	}
+	if c >= 0x20 && c < 0x7f {
+		return "'" + string(c) + "'"
+	}
+	return fmt.Sprintf("0x%02x", c)
+}
+
+func skipWS(b []byte, i int) int {
+	for i < len(b) {
+		switch b[i] {
+		case ' ', '\t', '\r', '\n':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// parse scans one JSON object into op.
+func (d *Decoder) parse(b []byte, op *Op) *scanErr {
+	i := skipWS(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return errAt(b, i, "expected '{' starting a record")
+	}
+	i = skipWS(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		i++
+	} else {
+		for {
+			if i >= len(b) || b[i] != '"' {
+				return errAt(b, i, "expected a quoted field name")
+			}
+			key, next, e := d.scanString(b, i)
+			if e != nil {
+				return e
+			}
+			f := lookupField(key)
+			i = skipWS(b, next)
+			if i >= len(b) || b[i] != ':' {
+				return errAt(b, i, "expected ':' after a field name")
+			}
+			i = skipWS(b, i+1)
+			if f != fNone {
+				d.pos[f] = i
+			}
+			i, e = d.value(b, i, f, op)
+			if e != nil {
+				return e
+			}
+			i = skipWS(b, i)
+			if i < len(b) && b[i] == ',' {
+				i = skipWS(b, i+1)
+				continue
+			}
+			if i < len(b) && b[i] == '}' {
+				i++
+				break
+			}
+			return errAt(b, i, "expected ',' or '}' after a field")
+		}
+	}
+	i = skipWS(b, i)
+	if i < len(b) {
+		return errAt(b, i, "after the end of the record (one record per line)")
+	}
+	return nil
+}
+
+// value scans the value of field f into op.
+func (d *Decoder) value(b []byte, i, f int, op *Op) (int, *scanErr) {
+	switch f {
+	case fNone:
+		return skipValue(b, i, 0)
+	case fType:
+		if isNull(b, i) {
+			return i + 4, nil
+		}
+		if i >= len(b) || b[i] != '"' {
+			return i, d.typeErr(b, i, f, "a string")
+		}
+		s, next, e := d.scanString(b, i)
+		if e != nil {
+			return i, e
+		}
+		t, ok := parseType(s)
+		if !ok {
+			return i, &scanErr{i, fmt.Sprintf("unknown record type %q (want invoke, ok, fail or info)", s)}
+		}
+		op.Type = t
+		return next, nil
+	case fF, fKey, fField, fOwner, fValue, fErr, fAlgo:
+		if isNull(b, i) {
+			return i + 4, nil
+		}
+		if i >= len(b) || b[i] != '"' {
+			return i, d.typeErr(b, i, f, "a string")
+		}
+		s, next, e := d.scanString(b, i)
+		if e != nil {
+			return i, e
+		}
+		var str string
+		switch f {
+		case fOwner, fValue:
+			str = string(s)
+		default:
+			str = d.intern(s)
+		}
+		switch f {
+		case fF:
+			op.F = str
+		case fKey:
+			op.Key = str
+		case fField:
+			op.Field = str
+		case fOwner:
+			op.Owner = str
+		case fValue:
+			op.Value = str
+		case fErr:
+			op.Err = str
+		case fAlgo:
+			op.Algo = str
+		}
+		return next, nil
+	}
+	// integer fields
+	if isNull(b, i) {
+		return i + 4, nil
+	}
+	n, next, e := scanInt(b, i)
+	if e != nil {
+		if e.msg == "" {
+			return i, d.typeErr(b, i, f, "an integer")
+		}
+		return i, e
+	}
+	switch f {
+	case fI:
+		op.I = n
+	case fProc:
+		op.Process = int(n)
+		if int64(op.Process) != n {
+			return i, &scanErr{i, "proc out of range"}
+		}
+	case fToken:
+		op.Token = n
+	case fTTL:
+		op.TTLMs = n
+	case fN:
+		op.N = n
+	case fCount:
+		op.Count = n
+	case fGen:
+		op.Gen = n
+	case fSeq:
+		op.Seq = n
+	case fCapacity:
+		op.Capacity = n
+	case fLimit:
+		op.Limit = n
+	case fWindow:
+		op.WindowMs = n
+	case fSegments:
+		op.Segments = n
+	case fBurst:
+		op.Burst = n
+	case fRate:
+		op.Rate = n
+	case fPeriod:
+		op.PeriodMs = n
+	case fT:
+		op.T = n
+	}
+	return next, nil
+}
+
+// typeErr reports a value of the wrong JSON type; when the value is not even
+// valid JSON, that is reported instead.
+func (d *Decoder) typeErr(b []byte, i, f int, want string) *scanErr {
+	if _, e := skipValue(b, i, 0); e != nil {
+		return e
+	}
+	return &scanErr{i, fmt.Sprintf("field %q must be %s or null", fieldNames[f], want)}
+}
+
+func isNull(b []byte, i int) bool {
+	return len(b)-i >= 4 && b[i] == 'n' && b[i+1] == 'u' && b[i+2] == 'l' && b[i+3] == 'l'
+}
+
+func (d *Decoder) intern(s []byte) string {
+	if v, ok := d.strs[string(s)]; ok {
+		return v
+	}
+	v := string(s)
+	if len(d.strs) < 4096 && len(v) <= 256 {
+		d.strs[v] = v
+	}
+	return v
+}
+
+// scanInt scans a JSON number that must be an integer fitting in an int64.
+// A value that is not a number at all gives a scanErr with an empty msg.
+func scanInt(b []byte, i int) (int64, int, *scanErr) {
+	start := i
+	neg := false
+	if i < len(b) && b[i] == '-' {
+		neg = true
+		i++
+	}
+	if i >= len(b) || b[i] < '0' || b[i] > '9' {
+		if neg {
+			return 0, i, errAt(b, i, "expected a digit in a number")
+		}
+		return 0, i, &scanErr{start, ""}
+	}
+	var u uint64
+	overflow := false
+	if b[i] == '0' {
+		i++
+	} else {
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			c := uint64(b[i] - '0')
+			if u > (1<<63)/10 || (u == (1<<63)/10 && c > (1<<63)%10) {
+				overflow = true
+			} else {
+				u = u*10 + c
+			}
+			i++
+		}
+	}
+	if i < len(b) && (b[i] == '.' || b[i] == 'e' || b[i] == 'E') {
+		end, e := skipNumber(b, start)
+		if e != nil {
+			return 0, end, e
+		}
+		return 0, start, &scanErr{start, fmt.Sprintf("number %s is not an integer", b[start:end])}
+	}
+	if !neg && u > 1<<63-1 {
+		overflow = true
+	}
+	if overflow {
+		return 0, start, &scanErr{start, fmt.Sprintf("number %s does not fit in 64 bits", b[start:i])}
+	}
+	if neg {
+		return -int64(u), i, nil
+	}
+	return int64(u), i, nil
+}
+
+// skipNumber validates a JSON number starting at i.
+func skipNumber(b []byte, i int) (int, *scanErr) {
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	if i >= len(b) || b[i] < '0' || b[i] > '9' {
+		return i, errAt(b, i, "expected a digit in a number")
+	}
+	if b[i] == '0' {
+		i++
+	} else {
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		if i >= len(b) || b[i] < '0' || b[i] > '9' {
+			return i, errAt(b, i, "expected a digit after the decimal point")
+		}
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if i >= len(b) || b[i] < '0' || b[i] > '9' {
+			return i, errAt(b, i, "expected a digit in an exponent")
+		}
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+	}
+	return i, nil
+}
+
+// skipValue validates and skips any JSON value.
+func skipValue(b []byte, i, depth int) (int, *scanErr) {
+	if i >= len(b) {
+		return i, errAt(b, i, "expected a value")
+	}
+	switch c := b[i]; {
+	case c == '"':
+		return skipString(b, i)
+	case c == '-' || (c >= '0' && c <= '9'):
+		return skipNumber(b, i)
+	case c == 't':
+		return skipLiteral(b, i, "true")
+	case c == 'f':
+		return skipLiteral(b, i, "false")
+	case c == 'n':
+		return skipLiteral(b, i, "null")
+	case c == '{' || c == '[':
+		if depth >= maxDepth {
+			return i, &scanErr{i, "value nested too deeply"}
+		}
+		return skipComposite(b, i, depth+1)
+	}
+	return i, errAt(b, i, "expected a value")
+}
+
+func skipLiteral(b []byte, i int, lit string) (int, *scanErr) {
+	for k := 0; k < len(lit); k++ {
+		if i+k >= len(b) || b[i+k] != lit[k] {
+			return i + k, errAt(b, i+k, "in literal "+lit)
+		}
+	}
+	return i + len(lit), nil
+}
+
+func skipComposite(b []byte, i, depth int) (int, *scanErr) {
+	open := b[i]
+	i = skipWS(b, i+1)
+	closeC := byte('}')
+	if open == '[' {
+		closeC = ']'
+	}
+	if i < len(b) && b[i] == closeC {
+		return i + 1, nil
+	}
+	for {
+		var e *scanErr
+		if open == '{' {
+			if i >= len(b) || b[i] != '"' {
+				return i, errAt(b, i, "expected a quoted field name")
+			}
+			if i, e = skipString(b, i); e != nil {
+				return i, e
+			}
+			i = skipWS(b, i)
+			if i >= len(b) || b[i] != ':' {
+				return i, errAt(b, i, "expected ':' after a field name")
+			}
+			i = skipWS(b, i+1)
+		}
+		if i, e = skipValue(b, i, depth); e != nil {
+			return i, e
+		}
+		i = skipWS(b, i)
+		if i < len(b) && b[i] == ',' {
+			i = skipWS(b, i+1)
+			continue
+		}
+		if i < len(b) && b[i] == closeC {
+			return i + 1, nil
+		}
+		return i, errAt(b, i, fmt.Sprintf("expected ',' or '%c'", closeC))
+	}
+}
+
+func skipString(b []byte, i int) (int, *scanErr) {
+	for j := i + 1; j < len(b); j++ {
+		switch c := b[j]; {
+		case c == '"':
+			return j + 1, nil
+		case c < 0x20:
+			return j, errAt(b, j, "in a string (control characters must be escaped)")
+		case c == '\\':
+			j++
+			if j >= len(b) {
+				return j, errAt(b, j, "in a string escape")
+			}
+			switch b[j] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				if _, ok := hex4(b, j+1); !ok {
+					return j, &scanErr{j - 1, "invalid \\u escape in a string"}
+				}
+				j += 4
+			default:
+				return j, errAt(b, j, "in a string escape")
+			}
+		}
+	}
+	return len(b), errAt(b, len(b), "in a string (missing closing quote)")
+}
+
+func hex4(b []byte, i int) (rune, bool) {
+	if len(b)-i < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[i : i+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c = c - 'a' + 10
+		case c >= 'A' && c <= 'F':
+			c = c - 'A' + 10
+		default:
+			return 0, false
+		}
+		r = r*16 + rune(c)
+	}
+	return r, true
+}
+
+// scanString scans the JSON string at b[i] == '"' and returns its decoded
+// bytes (valid until the next call) and the index after the closing quote.
+// Invalid UTF-8 and unpaired surrogates become U+FFFD, as in encoding/json.
+func (d *Decoder) scanString(b []byte, i int) ([]byte, int, *scanErr) {
+	for j := i + 1; j < len(b); j++ {
+		c := b[j]
+		if c == '"' {
+			return b[i+1 : j], j + 1, nil
+		}
+		if c == '\\' || c < 0x20 || c >= utf8.RuneSelf {
+			return d.unquote(b, i, j)
+		}
+	}
+	return nil, len(b), errAt(b, len(b), "in a string (missing closing quote)")
+}
+
+// unquote is the slow path of scanString from the first special byte at j.
+func (d *Decoder) unquote(b []byte, i, j int) ([]byte, int, *scanErr) {
+	out := append(d.scratch[:0], b[i+1:j]...)
+	defer func() { d.scratch = out[:0] }()
+	for j < len(b) {
+		c := b[j]
+		switch {
+		case c == '"':
+			return out, j + 1, nil
+		case c < 0x20:
+			return nil, j, errAt(b, j, "in a string (control characters must be escaped)")
+		case c >= utf8.RuneSelf:
+			r, n := utf8.DecodeRune(b[j:])
+			if r == utf8.RuneError && n == 1 {
+				out = utf8.AppendRune(out, unicode.ReplacementChar)
+			} else {
+				out = append(out, b[j:j+n]...)
+			}
+			j += n
+		case c == '\\':
+			if j+1 >= len(b) {
+				return nil, j + 1, errAt(b, j+1, "in a string escape")
+			}
+			switch e := b[j+1]; e {
+			case '"', '\\', '/':
+				out = append(out, e)
+				j += 2
+			case 'b':
+				out = append(out, '\b')
+				j += 2
+			case 'f':
+				out = append(out, '\f')
+				j += 2
+			case 'n':
+				out = append(out, '\n')
+				j += 2
+			case 'r':
+				out = append(out, '\r')
+				j += 2
+			case 't':
+				out = append(out, '\t')
+				j += 2
+			case 'u':
+				r, ok := hex4(b, j+2)
+				if !ok {
+					return nil, j, &scanErr{j, "invalid \\u escape in a string"}
+				}
+				j += 6
+				if utf16.IsSurrogate(r) {
+					if len(b)-j >= 6 && b[j] == '\\' && b[j+1] == 'u' {
+						if r2, ok := hex4(b, j+2); ok {
+							if dec := utf16.DecodeRune(r, r2); dec != unicode.ReplacementChar {
+								out = utf8.AppendRune(out, dec)
+								j += 6
+								break
+							}
+						}
+					}
+					r = unicode.ReplacementChar
+				}
+				out = utf8.AppendRune(out, r)
+			default:
+				return nil, j + 1, errAt(b, j+1, "in a string escape")
+			}
+		default:
+			out = append(out, c)
+			j++
+		}
+	}
+	return nil, len(b), errAt(b, len(b), "in a string (missing closing quote)")
+}

@@ -1,0 +1,211 @@
+package models
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/coordtorture/coordtorture/history"
+)
+
+// CheckExclusion checks that no two holders of the same lock or lease (an
+// exclusive acquisition: acquire, acquire_wait; the lock is (key, field))
+// have overlapping validity windows [Return, min(release.T, T+ttl−Drift)).
+// Windows are half-open: one ending at the instant the next starts is fine.
+// O(n log n): sort by start, sweep keeping the furthest end.
+func CheckExclusion(h *history.History, o Options) Result {
+	start := time.Now()
+	o = o.withDefaults()
+	hs := buildHolds(h, int64(o.Drift), func(m mode) bool { return m == modeExclusive })
+	c := newCollector(o)
+	sweepConflicts(h, hs.holds, c, func(a, b mode) bool { return true })
+	r := c.result("exclusion", len(hs.holds), fmt.Sprintf("%d validity windows on %d locks, none overlapping", len(hs.holds), countIDs(hs.holds)))
+	r.Elapsed = time.Since(start)
+	return r
+}
+
+// CheckReadWrite checks read/write leases (acquire_read, acquire_write and
+// their _wait forms): any number of readers, or one writer, at a time. A
+// writer's validity window must not overlap any other holder's; readers'
+// windows may overlap each other.
+func CheckReadWrite(h *history.History, o Options) Result {
+	start := time.Now()
+	o = o.withDefaults()
+	hs := buildHolds(h, int64(o.Drift), func(m mode) bool { return m == modeRead || m == modeWrite })
+	c := newCollector(o)
+	sweepConflicts(h, hs.holds, c, func(a, b mode) bool { return a == modeWrite || b == modeWrite })
+	r := c.result("rw-exclusion", len(hs.holds), fmt.Sprintf("%d read/write windows on %d leases, writers always alone", len(hs.holds), countIDs(hs.holds)))
+	r.Elapsed = time.Since(start)
+	return r
+}
+
+func countIDs(hs []hold) int {
+	seen := make(map[lockID]struct{})
+	for k := range hs {
+		seen[hs[k].id] = struct{}{}
+	}
+	return len(seen)
+}
+
+// sortedByID orders hold indices by lock (in order of first appearance),
+// then start, then end.
+func sortedByID(hs []hold) []int32 {
+	idx := make([]int32, len(hs))
+	for k := range idx {
+		idx[k] = int32(k)
+	}
+	slices.SortFunc(idx, func(x, y int32) int {
+		a, b := &hs[x], &hs[y]
+		if c := cmp.Compare(a.kid, b.kid); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.start, b.start); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.end, b.end)
+	})
+	return idx
+}
+
+// sweepConflicts reports every window that starts before an earlier
+// conflicting window of the same lock has ended. It keeps, per lock, the
+// furthest-ending window of each mode: a window overlaps some earlier
+// window of mode m iff it starts before the furthest end among them.
+func sweepConflicts(h *history.History, hs []hold, c *collector, conflicts func(a, b mode) bool) {
+	idx := sortedByID(hs)
+	modes := []mode{modeExclusive, modeRead, modeWrite}
+	var furthest [modePermit]int32 // per mode, index of the furthest-ending window, -1 if none
+	var cur int32
+	for n, k := range idx {
+		hd := &hs[k]
+		if n == 0 || hd.kid != cur {
+			cur = hd.kid
+			for m := range furthest {
+				furthest[m] = -1
+			}
+		}
+		if hd.end > hd.start {
+			for _, m := range modes {
+				f := furthest[m]
+				if f < 0 || !conflicts(m, hd.mode) {
+					continue
+				}
+				if other := &hs[f]; other.end > hd.start {
+					if c.full() {
+						c.skip()
+						break
+					}
+					c.fail(hd.id.String(), fmt.Sprintf("validity windows overlap: [%s, %s) by proc %d and [%s, %s) by proc %d",
+						fmtT(other.start), fmtT(other.end), h.Ops[other.acq].Process, fmtT(hd.start), fmtT(hd.end), h.Ops[hd.acq].Process),
+						holdOps(h, other, hd)...)
+					break
+				}
+			}
+		}
+		if f := furthest[hd.mode]; f < 0 || hd.end > hs[f].end {
+			furthest[hd.mode] = k
+		}
+	}
+}
+
+// holdOps lists the acquisitions (and the releases ending them) of holds.
+func holdOps(h *history.History, hs ...*hold) []*history.Operation {
+	var ops []*history.Operation
+	for _, hd := range hs {
+		ops = append(ops, &h.Ops[hd.acq])
+		if hd.rel >= 0 {
+			ops = append(ops, &h.Ops[hd.rel])
+		}
+	}
+	return ops
+}
+
+// CheckSemaphore checks that at no instant more than capacity permits of a
+// semaphore (sem_acquire, sem_acquire_wait; n permits each, default 1) have
+// open validity windows. The capacity is Options.Capacity when positive,
+// else the largest capacity field recorded for that key; a key with neither
+// is UNKNOWN. O(n log n): sort window starts and ends, sweep (ends before
+// starts at equal times: windows are half-open).
+func CheckSemaphore(h *history.History, o Options) Result {
+	start := time.Now()
+	o = o.withDefaults()
+	hs := buildHolds(h, int64(o.Drift), func(m mode) bool { return m == modePermit }).holds
+	c := newCollector(o)
+	capacity := make(map[lockID]int64)
+	for k := range h.Ops {
+		op := &h.Ops[k]
+		if m, _ := acquireMode(op.F); m == modePermit && op.Capacity > capacity[idOf(op)] {
+			capacity[idOf(op)] = op.Capacity
+		}
+	}
+	idx := sortedByID(hs)
+	type event struct {
+		t    int64
+		w    int64 // +weight at a start, −weight at an end
+		hold int32
+	}
+	var events []event
+	lo := 0 // idx[lo:hi] are the holds of the key being flushed
+	flush := func(id lockID, hi int) {
+		if len(events) == 0 {
+			return
+		}
+		limit := o.Capacity
+		if limit <= 0 {
+			limit = capacity[id]
+		}
+		if limit <= 0 {
+			c.undecided(id.String(), "no capacity recorded (capacity field) or given (Options.Capacity)")
+			events = events[:0]
+			return
+		}
+		slices.SortFunc(events, func(a, b event) int {
+			if c := cmp.Compare(a.t, b.t); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.w, b.w) // ends (negative) first
+		})
+		var held int64
+		over := false
+		for _, e := range events {
+			held += e.w
+			if held > limit && !over {
+				over = true
+				var active []*hold
+				if len(c.evidence) < c.max {
+					for _, k := range idx[lo:hi] {
+						if hd := &hs[k]; hd.start <= e.t && hd.end > e.t {
+							active = append(active, hd)
+						}
+					}
+				}
+				ops := holdOps(h, active...)
+				if len(ops) > 2*int(limit)+4 {
+					ops = ops[:2*int(limit)+4]
+				}
+				c.fail(id.String(), fmt.Sprintf("%d permits held at %s, capacity %d", held, fmtT(e.t), limit), ops...)
+			} else if held <= limit {
+				over = false
+			}
+		}
+		events = events[:0]
+	}
+	var cur lockID
+	var curKid int32
+	for n, k := range idx {
+		hd := &hs[k]
+		if n > 0 && hd.kid != curKid {
+			flush(cur, n)
+			lo = n
+		}
+		cur, curKid = hd.id, hd.kid
+		if hd.end > hd.start {
+			events = append(events, event{hd.start, hd.weight, k}, event{hd.end, -hd.weight, k})
+		}
+	}
+	flush(cur, len(idx))
+	r := c.result("semaphore", len(hs), fmt.Sprintf("%d permit windows on %d semaphores, never above capacity", len(hs), countIDs(hs)))
+	r.Elapsed = time.Since(start)
+	return r
+}

@@ -1,0 +1,203 @@
+package models
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/coordtorture/coordtorture/history"
+)
+
+// CheckFencedResource is the fenced-resource oracle. For each resource (the
+// key of write operations) it replays the writes — each carrying the token
+// its writer held — in the order the resource applied them, and reports
+//
+//   - every stale write accepted: an ok write whose token is below a token
+//     the resource had already accepted (or is not positive), and
+//   - every correct write wrongly rejected: a fail write whose token is
+//     positive and at least every token accepted before it.
+//
+// Equal tokens are fine (one lease writes repeatedly). The apply order is the
+// seq field when every ok and fail write of the resource has one (the
+// resource numbers its decisions). Otherwise it is real time: a write is
+// after another only if it was invoked after the other completed, and only
+// what holds in every order consistent with that is reported — a stale write
+// accepted after an ok write with a larger token had completed, a write
+// rejected when no larger token could have been applied before it. Info
+// writes may or may not have been applied: they never make an acceptance
+// stale, and they can justify a rejection.
+func CheckFencedResource(h *history.History, o Options) Result {
+	start := time.Now()
+	o = o.withDefaults()
+	c := newCollector(o)
+	byKey := make(map[string][]int)
+	var keys []string
+	n := 0
+	for k := range h.Ops {
+		op := &h.Ops[k]
+		if op.F != history.FWrite {
+			continue
+		}
+		if _, ok := byKey[op.Key]; !ok {
+			keys = append(keys, op.Key)
+		}
+		byKey[op.Key] = append(byKey[op.Key], k)
+		n++
+	}
+	slices.Sort(keys)
+	seqKeys := 0
+	for _, key := range keys {
+		idx := byKey[key]
+		if allSeq(h, idx) {
+			seqKeys++
+			fencedBySeq(h, key, idx, c)
+		} else {
+			fencedRealTime(h, key, idx, c)
+		}
+	}
+	order := "real-time order"
+	if seqKeys == len(keys) && len(keys) > 0 {
+		order = "seq order"
+	} else if seqKeys > 0 {
+		order = fmt.Sprintf("seq order on %d, real-time order on %d", seqKeys, len(keys)-seqKeys)
+	}
+	r := c.result("fenced-resource", n, fmt.Sprintf("%d writes to %d resources (%s): no stale write accepted, no current write rejected", n, len(keys), order))
+	r.Elapsed = time.Since(start)
+	return r
+}
+
+func allSeq(h *history.History, idx []int) bool {
+	for _, k := range idx {
+		if op := &h.Ops[k]; op.Type != history.Info && op.Seq == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// infoIndex answers "the largest token of an info write invoked at or
+// before t" for the lenient rejection rule.
+type infoIndex struct {
+	t   []int64
+	max []int64
+}
+
+func newInfoIndex(h *history.History, idx []int, include func(*history.Operation) bool) infoIndex {
+	var sel []int
+	for _, k := range idx {
+		if include(&h.Ops[k]) {
+			sel = append(sel, k)
+		}
+	}
+	slices.SortFunc(sel, func(a, b int) int { return cmp.Compare(h.Ops[a].T, h.Ops[b].T) })
+	ix := infoIndex{t: make([]int64, len(sel)), max: make([]int64, len(sel))}
+	for n, k := range sel {
+		ix.t[n] = h.Ops[k].T
+		ix.max[n] = h.Ops[k].Token
+		if n > 0 && ix.max[n-1] > ix.max[n] {
+			ix.max[n] = ix.max[n-1]
+		}
+	}
+	return ix
+}
+
+// maxBy returns the largest token invoked at or before t (0 if none).
+func (ix infoIndex) maxBy(t int64) int64 {
+	m := sort.Search(len(ix.t), func(n int) bool { return ix.t[n] > t })
+	if m == 0 {
+		return 0
+	}
+	return ix.max[m-1]
+}
+
+func fencedBySeq(h *history.History, key string, idx []int, c *collector) {
+	var seq []int
+	for _, k := range idx {
+		if h.Ops[k].Type != history.Info {
+			seq = append(seq, k)
+		}
+	}
+	slices.SortFunc(seq, func(a, b int) int { return cmp.Compare(h.Ops[a].Seq, h.Ops[b].Seq) })
+	info := newInfoIndex(h, idx, func(op *history.Operation) bool { return op.Type == history.Info })
+	var maxTok int64
+	var maxOp *history.Operation
+	for n, k := range seq {
+		op := &h.Ops[k]
+		if n > 0 && h.Ops[seq[n-1]].Seq == op.Seq {
+			c.undecided(key, fmt.Sprintf("two writes with seq %d: the apply order is ambiguous", op.Seq), &h.Ops[seq[n-1]], op)
+		}
+		switch op.Type {
+		case history.OK:
+			if op.Token <= 0 {
+				c.fail(key, fmt.Sprintf("write with non-positive token %d accepted (seq %d)", op.Token, op.Seq), op)
+			} else if op.Token < maxTok && c.full() {
+				c.skip()
+			} else if op.Token < maxTok {
+				c.fail(key, fmt.Sprintf("stale write accepted: token %d after token %d (seq %d after seq %d)", op.Token, maxTok, op.Seq, maxOp.Seq), maxOp, op)
+			}
+			if op.Token > maxTok {
+				maxTok, maxOp = op.Token, op
+			}
+		case history.Fail:
+			if op.Token > 0 && op.Token >= maxTok && info.maxBy(op.Return) <= op.Token {
+				msg := fmt.Sprintf("write with token %d rejected (seq %d) though the largest accepted token was %d", op.Token, op.Seq, maxTok)
+				if maxOp == nil {
+					msg = fmt.Sprintf("write with token %d rejected (seq %d) though no token had been accepted", op.Token, op.Seq)
+				}
+				c.fail(key, msg, maxOp, op)
+			}
+		}
+	}
+}
+
+func fencedRealTime(h *history.History, key string, idx []int, c *collector) {
+	// ok writes by completion, with the running maximum token.
+	var oks []int
+	for _, k := range idx {
+		if h.Ops[k].Type == history.OK {
+			oks = append(oks, k)
+		}
+	}
+	slices.SortFunc(oks, func(a, b int) int { return cmp.Compare(h.Ops[a].Return, h.Ops[b].Return) })
+	arg := make([]int, len(oks))
+	for n, k := range oks {
+		arg[n] = k
+		if n > 0 && h.Ops[arg[n-1]].Token >= h.Ops[k].Token {
+			arg[n] = arg[n-1]
+		}
+	}
+	// Writes that may have been applied (ok or info), by invocation.
+	maybe := newInfoIndex(h, idx, func(op *history.Operation) bool { return op.Type != history.Fail })
+	for _, k := range idx {
+		op := &h.Ops[k]
+		switch op.Type {
+		case history.OK:
+			if op.Token <= 0 {
+				c.fail(key, fmt.Sprintf("write with non-positive token %d accepted", op.Token), op)
+				continue
+			}
+			m := sort.Search(len(oks), func(n int) bool { return h.Ops[oks[n]].Return >= op.T })
+			if m == 0 {
+				continue
+			}
+			if prev := &h.Ops[arg[m-1]]; prev.Token > op.Token {
+				if c.full() {
+					c.skip()
+					continue
+				}
+				c.fail(key, fmt.Sprintf("stale write accepted: token %d, invoked at %s after the write with token %d was accepted at %s",
+					op.Token, fmtT(op.T), prev.Token, fmtT(prev.Return)), prev, op)
+			}
+		case history.Fail:
+			if op.Token <= 0 {
+				continue
+			}
+			if m := maybe.maxBy(op.Return); m <= op.Token {
+				c.fail(key, fmt.Sprintf("write with token %d rejected at %s though no write with a larger token had been invoked (largest: %d)",
+					op.Token, fmtT(op.Return), m), op)
+			}
+		}
+	}
+}

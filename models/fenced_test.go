@@ -1,0 +1,73 @@
+package models
+
+import (
+	"testing"
+
+	"github.com/coordtorture/coordtorture/history"
+)
+
+func seqWrite(key string, token, seq int64) history.Op {
+	return history.Op{F: history.FWrite, Key: key, Token: token, Seq: seq}
+}
+
+func TestFencedResourcePass(t *testing.T) {
+	cases := map[string]*builder{
+		"empty":  {},
+		"single": new(builder).ok(1, 0, 10, write("r", 3)),
+		"equal tokens repeat": new(builder).
+			ok(1, 0, 10, write("r", 3)).ok(1, 20, 30, write("r", 3)).ok(2, 40, 50, write("r", 4)).ok(2, 60, 70, write("r", 4)),
+		"stale write rejected":        new(builder).ok(1, 0, 10, write("r", 5)).fail(2, 20, 30, write("r", 4)),
+		"non-positive token rejected": new(builder).fail(1, 0, 10, write("r", 0)).fail(2, 20, 30, write("r", -1)),
+		// Concurrent: the resource may have applied 5 first and rejected 4.
+		"concurrent rejection": new(builder).ok(1, 0, 50, write("r", 5)).fail(2, 10, 40, write("r", 4)),
+		// Concurrent: it may have applied 4 then 5.
+		"concurrent acceptance": new(builder).ok(1, 0, 50, write("r", 5)).ok(2, 10, 60, write("r", 4)),
+		// An info write with a larger token may have been applied.
+		"info justifies rejection": new(builder).ok(1, 0, 10, write("r", 3)).info(2, 20, 30, write("r", 9)).fail(3, 40, 50, write("r", 5)),
+		"seq order": new(builder).
+			ok(1, 0, 100, seqWrite("r", 5, 2)).ok(2, 0, 100, seqWrite("r", 4, 1)).fail(3, 0, 100, seqWrite("r", 3, 3)).
+			ok(4, 0, 100, seqWrite("r", 5, 4)),
+		"resources are independent": new(builder).ok(1, 0, 10, write("a", 9)).ok(2, 20, 30, write("b", 1)),
+	}
+	for name, b := range cases {
+		t.Run(name, func(t *testing.T) {
+			expect(t, CheckFencedResource(b.build(t), Options{}), Pass)
+		})
+	}
+}
+
+func TestFencedResourceFail(t *testing.T) {
+	cases := map[string]struct {
+		b    *builder
+		want string
+	}{
+		"stale write accepted": {new(builder).ok(1, 0, 10, write("r", 5)).ok(2, 20, 30, write("r", 4)), "stale write accepted: token 4"},
+		"unfenced resource": {new(builder).ok(1, 0, 10, write("r", 7)).ok(2, 20, 30, write("r", 3)).ok(1, 40, 50, write("r", 8)).
+			ok(2, 60, 70, write("r", 3)), "2 violation(s)"},
+		"current write rejected":   {new(builder).ok(1, 0, 10, write("r", 5)).fail(2, 20, 30, write("r", 6)), "write with token 6 rejected"},
+		"equal token rejected":     {new(builder).ok(1, 0, 10, write("r", 5)).fail(2, 20, 30, write("r", 5)), "write with token 5 rejected"},
+		"first write rejected":     {new(builder).fail(1, 0, 10, write("r", 1)), "rejected"},
+		"zero token accepted":      {new(builder).ok(1, 0, 10, write("r", 0)), "non-positive token 0"},
+		"seq: stale accepted":      {new(builder).ok(1, 0, 100, seqWrite("r", 5, 1)).ok(2, 0, 100, seqWrite("r", 4, 2)), "seq 2 after seq 1"},
+		"seq: current rejected":    {new(builder).ok(1, 0, 100, seqWrite("r", 5, 1)).fail(2, 0, 100, seqWrite("r", 5, 2)), "rejected (seq 2)"},
+		"seq: first rejected":      {new(builder).fail(1, 0, 100, seqWrite("r", 5, 1)), "no token had been accepted"},
+		"boundary: after a return": {new(builder).ok(1, 0, 10, write("r", 5)).ok(2, 11, 30, write("r", 4)), "stale"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			expect(t, CheckFencedResource(c.b.build(t), Options{}), Fail, c.want)
+		})
+	}
+}
+
+func TestFencedResourceBoundaryIsConcurrent(t *testing.T) {
+	// The accepted write returned at 10; the stale one was invoked at 10:
+	// concurrent, so the resource may have applied it first.
+	h := new(builder).ok(1, 0, 10, write("r", 5)).ok(2, 10, 30, write("r", 4)).build(t)
+	expect(t, CheckFencedResource(h, Options{}), Pass)
+}
+
+func TestFencedResourceDuplicateSeqIsUnknown(t *testing.T) {
+	h := new(builder).ok(1, 0, 100, seqWrite("r", 5, 1)).ok(2, 0, 100, seqWrite("r", 6, 1)).build(t)
+	expect(t, CheckFencedResource(h, Options{}), Unknown, "ambiguous")
+}

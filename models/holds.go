@@ -1,0 +1,247 @@
+package models
+
+import (
+	"github.com/coordtorture/coordtorture/history"
+)
+
+// mode is what an acquisition acquires.
+type mode uint8
+
+const (
+	modeNone mode = iota
+	modeExclusive
+	modeRead
+	modeWrite
+	modePermit
+)
+
+func acquireMode(f string) (m mode, waits bool) {
+	switch f {
+	case history.FAcquire:
+		return modeExclusive, false
+	case history.FAcquireWait:
+		return modeExclusive, true
+	case history.FAcquireRead:
+		return modeRead, false
+	case history.FAcquireReadWait:
+		return modeRead, true
+	case history.FAcquireWrite:
+		return modeWrite, false
+	case history.FAcquireWriteWait:
+		return modeWrite, true
+	case history.FSemAcquire:
+		return modePermit, false
+	case history.FSemAcquireWait:
+		return modePermit, true
+	}
+	return modeNone, false
+}
+
+// hold is one validity window of one holder, and what the server did with
+// the lease (for liveness and leaks).
+type hold struct {
+	id     lockID
+	kid    int32 // dense number of id, for fast sorting and maps
+	mode   mode
+	start  int64 // the acquisition (or late renewal) returned
+	end    int64 // min(release invoke, valid − drift); ≥ start
+	valid  int64 // invoke time + ttl, extended by renewals; Never without ttl
+	relInv int64 // invocation of the first release, or Never
+	weight int64
+	acq    int   // index in History.Ops of the acquisition
+	rel    int   // index of the release that ended the window, or -1
+	ttl    int64 // ns, 0 for none
+
+	// Server side, for liveness: the lease is certainly gone by freedAt,
+	// which is the return of an ok release that released it, else the latest
+	// possible expiry (Never when unknown or no ttl).
+	freedAt   int64
+	freedFrom int64 // earliest instant it may have gone (release invoke)
+	expiry    int64 // latest possible server-side expiry, Never if unknown
+	released  bool  // freed by an ok release
+	// superseded: a late renewal continued this lease in a later hold, which
+	// carries its server side.
+	superseded bool
+}
+
+// holdSet is every validity window of a history, in the order the holders
+// acquired (invocation order).
+type holdSet struct {
+	holds []hold
+	// maybe are acquisitions with unknown outcome (info, or never
+	// completed): they may hold the lock from their invocation on. For the
+	// server-side questions (liveness, leaks) an info operation is taken to
+	// have had its effect, if any, by its completion record (prim fences an
+	// uncertain command before it reports the outcome); one that never
+	// completed may have it at any time.
+	maybe []maybeHold
+}
+
+type maybeHold struct {
+	id     lockID
+	mode   mode
+	op     int   // index in History.Ops
+	from   int64 // invocation
+	expiry int64 // latest possible expiry; Never if unknown
+}
+
+type ownerKey struct {
+	kid   int32
+	owner string
+}
+
+type procKey struct {
+	kid  int32
+	proc int
+}
+
+// buildHolds derives the validity windows of every ok acquisition (of the
+// given modes), matching releases and renewals to holders by (key, owner)
+// when the release carries an owner, else by (key, process).
+func buildHolds(h *history.History, drift int64, want func(mode) bool) *holdSet {
+	hs := &holdSet{}
+	byOwner := make(map[ownerKey]int)
+	byProc := make(map[procKey]int)
+	kids := make(map[lockID]int32)
+	kidOf := func(o *history.Operation) int32 {
+		id := idOf(o)
+		k, ok := kids[id]
+		if !ok {
+			k = int32(len(kids))
+			kids[id] = k
+		}
+		return k
+	}
+	lookup := func(o *history.Operation) (int, bool) {
+		kid := kidOf(o)
+		if o.Owner != "" {
+			if k, ok := byOwner[ownerKey{kid, o.Owner}]; ok {
+				return k, true
+			}
+		}
+		k, ok := byProc[procKey{kid, o.Process}]
+		return k, ok
+	}
+	register := func(k int, o *history.Operation) {
+		kid := hs.holds[k].kid
+		if o.Owner != "" {
+			byOwner[ownerKey{kid, o.Owner}] = k
+		}
+		byProc[procKey{kid, o.Process}] = k
+	}
+	forget := func(k int) {
+		hd := &hs.holds[k]
+		a := &h.Ops[hd.acq]
+		if a.Owner != "" {
+			delete(byOwner, ownerKey{hd.kid, a.Owner})
+		}
+		if byProc[procKey{hd.kid, a.Process}] == k {
+			delete(byProc, procKey{hd.kid, a.Process})
+		}
+	}
+	for k := range h.Ops {
+		o := &h.Ops[k]
+		if m, _ := acquireMode(o.F); m != modeNone {
+			if !want(m) {
+				continue
+			}
+			ttl := ms(o.TTLMs)
+			switch o.Type {
+			case history.OK:
+				hd := hold{id: idOf(o), kid: kidOf(o), mode: m, start: o.Return, valid: history.Never, relInv: history.Never,
+					weight: o.Weight(), acq: k, rel: -1, ttl: ttl, expiry: history.Never}
+				if ttl > 0 {
+					hd.valid = addSat(o.T, ttl)
+					hd.expiry = addSat(o.Return, ttl)
+				}
+				hs.holds = append(hs.holds, hd)
+				register(len(hs.holds)-1, o)
+			case history.Info:
+				mh := maybeHold{id: idOf(o), mode: m, op: k, from: o.T, expiry: history.Never}
+				if ttl > 0 && o.Done {
+					mh.expiry = addSat(o.Return, ttl)
+				}
+				hs.maybe = append(hs.maybe, mh)
+			}
+			continue
+		}
+		switch o.F {
+		case history.FRelease:
+			j, ok := lookup(o)
+			if !ok {
+				continue
+			}
+			hd := &hs.holds[j]
+			if o.T < hd.relInv {
+				hd.relInv = o.T
+				hd.rel = k
+			}
+			if o.Type == history.OK && (o.Value == "" || o.Value == history.ValueReleased) {
+				hd.released = true
+				hd.freedAt = o.Return
+				hd.freedFrom = o.T
+			}
+			forget(j)
+		case history.FRenew:
+			j, ok := lookup(o)
+			if !ok {
+				continue
+			}
+			hd := &hs.holds[j]
+			ttl := ms(o.TTLMs)
+			if ttl <= 0 {
+				ttl = hd.ttl
+			}
+			switch o.Type {
+			case history.OK:
+				if ttl > 0 && hd.expiry != history.Never {
+					hd.expiry = max(hd.expiry, addSat(o.Return, ttl))
+				}
+				newValid := history.Never
+				if ttl > 0 {
+					newValid = addSat(o.T, ttl)
+				}
+				if o.T <= hd.valid-drift || hd.valid == history.Never {
+					hd.valid = max(hd.valid, newValid)
+					continue
+				}
+				// The holder's window had closed before it renewed: the
+				// successful renewal opens a new one.
+				nh := *hd
+				nh.start, nh.valid, nh.rel = o.Return, newValid, -1
+				hd.superseded = true
+				hs.holds = append(hs.holds, nh)
+				register(len(hs.holds)-1, &h.Ops[nh.acq])
+			case history.Info:
+				// It may have extended the lease, by its return at the
+				// latest (see maybeHold).
+				if ttl > 0 && o.Done && hd.expiry != history.Never {
+					hd.expiry = max(hd.expiry, addSat(o.Return, ttl))
+				} else {
+					hd.expiry = history.Never
+				}
+			}
+		}
+	}
+	for k := range hs.holds {
+		hd := &hs.holds[k]
+		end := hd.valid
+		if end != history.Never {
+			end -= drift
+		}
+		hd.end = min(end, hd.relInv)
+		if hd.end < hd.start {
+			hd.end = hd.start
+		}
+		if !hd.released {
+			// Gone by its latest expiry (+ drift), possibly as early as
+			// its earliest one (invoke time + ttl).
+			hd.freedAt, hd.freedFrom = history.Never, history.Never
+			if hd.expiry != history.Never {
+				hd.freedAt = addSat(hd.expiry, drift)
+				hd.freedFrom = hd.valid
+			}
+		}
+	}
+	return hs
+}

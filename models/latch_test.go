@@ -1,0 +1,88 @@
+package models
+
+import (
+	"testing"
+
+	"github.com/coordtorture/coordtorture/history"
+)
+
+func create(key string, count, gen int64) history.Op {
+	return history.Op{F: history.FLatchCreate, Key: key, Count: count, Gen: gen}
+}
+func reset(key string, count, gen int64) history.Op {
+	return history.Op{F: history.FLatchReset, Key: key, Count: count, Gen: gen}
+}
+func cd(key string, gen, remaining int64) history.Op {
+	return history.Op{F: history.FLatchCountDown, Key: key, Gen: gen, Count: remaining}
+}
+func wait(key string, gen int64, done bool) history.Op {
+	v := history.ValueFalse
+	if done {
+		v = history.ValueTrue
+	}
+	return history.Op{F: history.FLatchWait, Key: key, Gen: gen, Value: v}
+}
+
+func TestLatchPass(t *testing.T) {
+	cases := map[string]*builder{
+		"empty":  {},
+		"single": new(builder).ok(1, 0, 10, create("l", 3, 1)),
+		"count down and wait": new(builder).ok(1, 0, 10, create("l", 3, 1)).
+			ok(2, 20, 30, cd("l", 1, 2)).ok(3, 40, 50, cd("l", 1, 1)).ok(4, 15, 90, wait("l", 1, true)).ok(2, 60, 70, cd("l", 1, 0)),
+		"concurrent count-downs in any order": new(builder).ok(1, 0, 10, create("l", 3, 1)).
+			ok(2, 20, 60, cd("l", 1, 1)).ok(3, 20, 60, cd("l", 1, 2)).ok(4, 20, 60, cd("l", 1, 0)),
+		"count-downs after zero stay at zero": new(builder).ok(1, 0, 10, create("l", 1, 1)).
+			ok(2, 20, 30, cd("l", 1, 0)).ok(3, 40, 50, cd("l", 1, 0)),
+		"replaced generation returns -1": new(builder).ok(1, 0, 10, create("l", 2, 1)).ok(2, 20, 30, reset("l", 2, 2)).
+			ok(3, 40, 50, cd("l", 1, -1)).ok(4, 5, 35, wait("l", 1, false)).ok(3, 60, 70, cd("l", 2, 1)),
+		// The reset was concurrent: the count-down may have come first.
+		"concurrent reset": new(builder).ok(1, 0, 10, create("l", 2, 1)).ok(2, 20, 50, reset("l", 2, 2)).
+			ok(3, 30, 40, cd("l", 1, 1)),
+		"info count-down may open the latch": new(builder).ok(1, 0, 10, create("l", 2, 1)).
+			ok(2, 20, 30, cd("l", 1, 1)).info(3, 40, 50, cd("l", 1, 0)).ok(4, 15, 90, wait("l", 1, true)),
+		"deleted": new(builder).ok(1, 0, 10, create("l", 2, 1)).ok(2, 20, 30, history.Op{F: history.FLatchDelete, Key: "l"}).
+			ok(3, 40, 50, cd("l", 1, -1)).ok(4, 15, 45, wait("l", 1, false)),
+		"joined": new(builder).ok(1, 0, 10, create("l", 1, 7)).ok(2, 20, 30, history.Op{F: history.FLatchJoin, Key: "l", Gen: 7}).
+			ok(2, 40, 50, cd("l", 7, 0)).ok(3, 35, 60, wait("l", 7, true)),
+		"zero count opens at once": new(builder).ok(1, 0, 10, create("l", 0, 1)).ok(2, 20, 30, wait("l", 1, true)),
+	}
+	for name, b := range cases {
+		t.Run(name, func(t *testing.T) { expect(t, CheckLatch(b.build(t), Options{}), Pass) })
+	}
+}
+
+func TestLatchFail(t *testing.T) {
+	cases := map[string]struct {
+		b    *builder
+		want string
+	}{
+		"decrements twice": {new(builder).ok(1, 0, 10, create("l", 4, 1)).ok(2, 20, 30, cd("l", 1, 2)), "decremented more than once"},
+		"underflow":        {new(builder).ok(1, 0, 10, create("l", 1, 1)).ok(2, 20, 30, cd("l", 1, 0)).ok(3, 40, 50, cd("l", 1, -2)), "underflow"},
+		"same remaining twice": {new(builder).ok(1, 0, 10, create("l", 3, 1)).ok(2, 20, 60, cd("l", 1, 2)).ok(3, 20, 60, cd("l", 1, 2)),
+			"both returned 2"},
+		"lost decrement": {new(builder).ok(1, 0, 10, create("l", 3, 1)).ok(2, 20, 30, cd("l", 1, 2)).ok(3, 40, 50, cd("l", 1, 1)).
+			ok(2, 60, 70, cd("l", 1, 1)), "a decrement was lost"},
+		"no decrement": {new(builder).ok(1, 0, 10, create("l", 3, 1)).ok(2, 20, 30, cd("l", 1, 3)), "no decrement"},
+		"wait true too early": {new(builder).ok(1, 0, 10, create("l", 2, 1)).ok(2, 20, 30, cd("l", 1, 1)).ok(3, 15, 35, wait("l", 1, true)),
+			"only 1 of 2"},
+		"wait false without replacement": {new(builder).ok(1, 0, 10, create("l", 2, 1)).ok(3, 15, 35, wait("l", 1, false)),
+			"neither replaced nor deleted"},
+		"signal to a replaced generation": {new(builder).ok(1, 0, 10, create("l", 2, 1)).ok(2, 20, 30, reset("l", 2, 2)).
+			ok(3, 40, 50, cd("l", 1, 1)), "instead of -1"},
+		"-1 without replacement": {new(builder).ok(1, 0, 10, create("l", 2, 1)).ok(3, 40, 50, cd("l", 1, -1)), "had not been replaced"},
+		"delete then signal": {new(builder).ok(1, 0, 10, create("l", 2, 1)).ok(2, 20, 30, history.Op{F: history.FLatchDelete, Key: "l"}).
+			ok(3, 40, 50, cd("l", 1, 1)), "instead of -1"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) { expect(t, CheckLatch(c.b.build(t), Options{}), Fail, c.want) })
+	}
+}
+
+func TestLatchUnknownInitialCount(t *testing.T) {
+	// Generation 5 was created before the history began.
+	h := new(builder).ok(1, 0, 10, history.Op{F: history.FLatchJoin, Key: "l", Gen: 5}).ok(2, 20, 30, wait("l", 5, true)).build(t)
+	expect(t, CheckLatch(h, Options{}), Unknown, "initial count is not in the history")
+	h = new(builder).ok(1, 0, 10, history.Op{F: history.FLatchJoin, Key: "l", Gen: 5}).ok(3, 12, 18, cd("l", 5, 0)).
+		ok(2, 20, 30, wait("l", 5, true)).build(t)
+	expect(t, CheckLatch(h, Options{}), Pass)
+}

@@ -1,0 +1,77 @@
+package models
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/coordtorture/coordtorture/history"
+)
+
+// CheckLeaks checks the final-state records (ok leak_scan operations: what
+// the harness found on the server after the workload stopped and every TTL
+// elapsed; count is the number of keys or entries found, value lists them).
+// Anything found is a leak (FAIL) when the scan was invoked after every
+// lease, lock and permit of the history could have expired (latest possible
+// expiry + Drift). When a scan found something earlier than that, or while
+// an entry without a TTL was never released, or after an acquisition or
+// renewal of unknown outcome that never completed, the verdict is UNKNOWN.
+func CheckLeaks(h *history.History, o Options) Result {
+	start := time.Now()
+	o = o.withDefaults()
+	c := newCollector(o)
+	var scans []*history.Operation
+	for k := range h.Ops {
+		if op := &h.Ops[k]; op.F == history.FLeakScan && op.Type == history.OK {
+			scans = append(scans, op)
+		}
+	}
+	if len(scans) == 0 {
+		r := c.result("leaks", 0, "no leak_scan record: nothing checked")
+		r.Elapsed = time.Since(start)
+		return r
+	}
+	// The latest instant anything of the history may still exist.
+	hs := buildHolds(h, int64(o.Drift), func(mode) bool { return true })
+	latest, latestOp := int64(0), (*history.Operation)(nil)
+	consider := func(t int64, op *history.Operation) {
+		if t > latest {
+			latest, latestOp = t, op
+		}
+	}
+	for k := range hs.holds {
+		hd := &hs.holds[k]
+		if hd.superseded {
+			continue
+		}
+		if hd.released {
+			consider(hd.freedAt, &h.Ops[hd.acq])
+		} else {
+			consider(addSat(hd.expiry, int64(o.Drift)), &h.Ops[hd.acq])
+		}
+	}
+	for _, m := range hs.maybe {
+		consider(addSat(m.expiry, int64(o.Drift)), &h.Ops[m.op])
+	}
+	clean := 0
+	for _, s := range scans {
+		if s.Count == 0 && s.Value == "" {
+			clean++
+			continue
+		}
+		found := fmt.Sprintf("%d entries", s.Count)
+		if s.Value != "" {
+			found = fmt.Sprintf("%d entries: %s", s.Count, s.Value)
+		}
+		switch {
+		case latest == history.Never:
+			c.undecided(s.Key, fmt.Sprintf("scan found %s, but an entry of the history has no expiry (never released, no TTL, or of unknown outcome)", found), latestOp, s)
+		case s.T < latest:
+			c.undecided(s.Key, fmt.Sprintf("scan at %s found %s, before every TTL had elapsed (%s)", fmtT(s.T), found, fmtT(latest)), latestOp, s)
+		default:
+			c.fail(s.Key, fmt.Sprintf("leak: scan at %s, after every TTL had elapsed (%s), found %s", fmtT(s.T), fmtT(latest), found), s)
+		}
+	}
+	r := c.result("leaks", len(scans), fmt.Sprintf("%d final-state scan(s): nothing left behind", clean))
+	r.Elapsed = time.Since(start)
+	return r
+}

@@ -1,0 +1,380 @@
+package models
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/coordtorture/coordtorture/history"
+)
+
+func isAllow(f string) bool { return f == history.FAllow || f == history.FAllowWait }
+
+// limiterConfig is a rate limiter's configuration, from its operations.
+type limiterConfig struct {
+	algo                                         string
+	limit, window, segments, burst, rate, period int64 // window and period in ns
+	from                                         *history.Operation
+}
+
+func configOf(op *history.Operation) limiterConfig {
+	return limiterConfig{algo: op.Algo, limit: op.Limit, window: ms(op.WindowMs), segments: op.Segments,
+		burst: op.Burst, rate: op.Rate, period: ms(op.PeriodMs), from: op}
+}
+
+// conflicts reports a field set in both configurations with different values.
+func (a limiterConfig) conflicts(b limiterConfig) bool {
+	diff := func(x, y int64) bool { return x != 0 && y != 0 && x != y }
+	return (a.algo != "" && b.algo != "" && a.algo != b.algo) || diff(a.limit, b.limit) || diff(a.window, b.window) ||
+		diff(a.segments, b.segments) || diff(a.burst, b.burst) || diff(a.rate, b.rate) || diff(a.period, b.period)
+}
+
+func (a *limiterConfig) fill(b limiterConfig) {
+	if a.algo == "" {
+		a.algo = b.algo
+	}
+	for _, p := range [][2]*int64{{&a.limit, &b.limit}, {&a.window, &b.window}, {&a.segments, &b.segments},
+		{&a.burst, &b.burst}, {&a.rate, &b.rate}, {&a.period, &b.period}} {
+		if *p[0] == 0 {
+			*p[0] = *p[1]
+		}
+	}
+	if a.from == nil {
+		a.from = b.from
+	}
+}
+
+// grant is one ok allow: n permits granted at some instant in [t, ret].
+type grant struct {
+	t, ret int64
+	w      int64
+	op     int
+}
+
+// CheckRateLimit checks the grants (ok allow and allow_wait operations; n
+// permits each, default 1) of every rate limiter against its algorithm's
+// bound, reading the configuration from the operations (algo, limit,
+// window_ms, segments, burst, rate, period_ms):
+//
+//   - fixed: at most limit per server window, so at most 2·limit within any
+//     span shorter than window − Drift;
+//   - sliding: at most limit within any span of window − window/segments −
+//     Drift;
+//   - bucket: at most burst + rate·(span + Drift)/period within any span.
+//
+// A grant happened at an unknown instant between its invocation and its
+// completion, so a set of grants is counted against a span [a, b] only when
+// all of them were invoked at or after a and completed by b: a violation is
+// certain whatever the instants were. Denied (fail) and unknown (info)
+// requests are not counted. O(n log n): a sweep over invocation times with a
+// Fenwick tree (windows) or a segment tree with range add and range max
+// (bucket: the best end of the span for each start).
+func CheckRateLimit(h *history.History, o Options) Result {
+	start := time.Now()
+	o = o.withDefaults()
+	c := newCollector(o)
+	cfgs := make(map[string]*limiterConfig)
+	grants := make(map[string][]grant)
+	var keys []string
+	n := 0
+	for k := range h.Ops {
+		op := &h.Ops[k]
+		if !isAllow(op.F) {
+			continue
+		}
+		n++
+		cfg := cfgs[op.Key]
+		if cfg == nil {
+			cfg = &limiterConfig{}
+			cfgs[op.Key] = cfg
+			keys = append(keys, op.Key)
+		}
+		oc := configOf(op)
+		if cfg.conflicts(oc) {
+			c.undecided(op.Key, "operations disagree on the limiter configuration", cfg.from, op)
+		}
+		cfg.fill(oc)
+		if op.Type == history.OK {
+			grants[op.Key] = append(grants[op.Key], grant{op.T, op.Return, op.Weight(), k})
+		}
+	}
+	slices.Sort(keys)
+	for _, key := range keys {
+		checkLimiter(h, key, *cfgs[key], grants[key], int64(o.Drift), c)
+	}
+	r := c.result("rate-limit", n, fmt.Sprintf("%d requests to %d limiters: grants within every algorithm's bound", n, len(keys)))
+	r.Elapsed = time.Since(start)
+	return r
+}
+
+func checkLimiter(h *history.History, key string, cfg limiterConfig, gs []grant, drift int64, c *collector) {
+	switch cfg.algo {
+	case history.AlgoFixed, history.AlgoSliding:
+		if cfg.limit <= 0 || cfg.window <= 0 {
+			c.undecided(key, "limit or window_ms missing", cfg.from)
+			return
+		}
+		span, bound := cfg.window-drift-1, 2*cfg.limit // shorter than window: at most window−1ns
+		name := fmt.Sprintf("fixed window (limit %d per %v)", cfg.limit, time.Duration(cfg.window))
+		if cfg.algo == history.AlgoSliding {
+			if cfg.segments <= 0 {
+				c.undecided(key, "segments missing for a sliding window", cfg.from)
+				return
+			}
+			span, bound = cfg.window-cfg.window/cfg.segments-drift, cfg.limit
+			name = fmt.Sprintf("sliding window (limit %d per %v in %d segments)", cfg.limit, time.Duration(cfg.window), cfg.segments)
+		}
+		if span < 0 {
+			c.undecided(key, "the drift allowance is longer than the span the bound applies to", cfg.from)
+			return
+		}
+		windowBound(h, key, gs, span, bound, name, c)
+	case history.AlgoBucket:
+		if cfg.burst <= 0 || cfg.rate < 0 || cfg.period <= 0 {
+			c.undecided(key, "burst, rate or period_ms missing for a token bucket", cfg.from)
+			return
+		}
+		bucketBound(h, key, gs, cfg, drift, c)
+	case "":
+		c.undecided(key, "no algo recorded for the limiter")
+	default:
+		c.undecided(key, fmt.Sprintf("unknown limiter algorithm %q", cfg.algo), cfg.from)
+	}
+}
+
+// fenwick is a Fenwick tree of int64 sums.
+type fenwick []int64
+
+func (f fenwick) add(i int, v int64) {
+	for i++; i < len(f); i += i & -i {
+		f[i] += v
+	}
+}
+
+// sum of [0, i).
+func (f fenwick) sum(i int) int64 {
+	var s int64
+	for ; i > 0; i -= i & -i {
+		s += f[i]
+	}
+	return s
+}
+
+// windowBound finds spans [a, a+span] (all grants invoked ≥ a and completed
+// ≤ a+span) holding more than bound permits.
+func windowBound(h *history.History, key string, gs []grant, span, bound int64, name string, c *collector) {
+	if len(gs) == 0 {
+		return
+	}
+	rets := make([]int64, len(gs))
+	for k := range gs {
+		rets[k] = gs[k].ret
+	}
+	slices.Sort(rets)
+	byT := slices.Clone(gs)
+	slices.SortFunc(byT, func(a, b grant) int { return cmp.Compare(b.t, a.t) }) // descending
+	fw := make(fenwick, len(gs)+1)
+	var worst, count int64
+	var worstA int64
+	for k := 0; k < len(byT); {
+		a := byT[k].t
+		for ; k < len(byT) && byT[k].t == a; k++ {
+			fw.add(sort.Search(len(rets), func(n int) bool { return rets[n] >= byT[k].ret }), byT[k].w)
+		}
+		end := addSat(a, span)
+		hi := sort.Search(len(rets), func(n int) bool { return rets[n] > end })
+		if got := fw.sum(hi); got > bound {
+			count++
+			if got > worst {
+				worst, worstA = got, a
+			}
+		}
+	}
+	if count > 0 {
+		reportWindow(h, key, gs, worstA, addSat(worstA, span),
+			fmt.Sprintf("%s: %d permits granted within [%s, %s], bound %d (%d spans over the bound)",
+				name, worst, fmtT(worstA), fmtT(addSat(worstA, span)), bound, count), c)
+	}
+}
+
+// reportWindow records one violation with (up to 20 of) the grants
+// contained in [a, b].
+func reportWindow(h *history.History, key string, gs []grant, a, b int64, msg string, c *collector) {
+	var ops []*history.Operation
+	for _, g := range gs {
+		if g.t >= a && g.ret <= b && len(ops) < 20 {
+			ops = append(ops, &h.Ops[g.op])
+		}
+	}
+	c.fail(key, msg, ops...)
+}
+
+// maxTree is a segment tree over float64 leaves with range add and range max
+// (iterative, lazy additions kept on internal nodes).
+type maxTree struct {
+	n, h int
+	t, d []float64
+}
+
+func newMaxTree(leaves []float64) *maxTree {
+	n, h := 1, 0
+	for n < len(leaves) {
+		n, h = n*2, h+1
+	}
+	m := &maxTree{n: n, h: h, t: make([]float64, 2*n), d: make([]float64, n)}
+	for i := range n {
+		m.t[n+i] = math.Inf(-1)
+		if i < len(leaves) {
+			m.t[n+i] = leaves[i]
+		}
+	}
+	for i := n - 1; i > 0; i-- {
+		m.t[i] = max(m.t[2*i], m.t[2*i+1])
+	}
+	return m
+}
+
+func (m *maxTree) apply(p int, v float64) {
+	m.t[p] += v
+	if p < m.n {
+		m.d[p] += v
+	}
+}
+
+func (m *maxTree) build(p int) {
+	for p > 1 {
+		p >>= 1
+		m.t[p] = max(m.t[2*p], m.t[2*p+1]) + m.d[p]
+	}
+}
+
+func (m *maxTree) push(p int) {
+	for s := m.h; s > 0; s-- {
+		if i := p >> s; m.d[i] != 0 {
+			m.apply(2*i, m.d[i])
+			m.apply(2*i+1, m.d[i])
+			m.d[i] = 0
+		}
+	}
+}
+
+// add v to leaves [l, r).
+func (m *maxTree) add(l, r int, v float64) {
+	if l >= r {
+		return
+	}
+	l, r = l+m.n, r+m.n
+	l0, r0 := l, r
+	for ; l < r; l, r = l>>1, r>>1 {
+		if l&1 == 1 {
+			m.apply(l, v)
+			l++
+		}
+		if r&1 == 1 {
+			r--
+			m.apply(r, v)
+		}
+	}
+	m.build(l0)
+	m.build(r0 - 1)
+}
+
+// max over leaves [l, r).
+func (m *maxTree) max(l, r int) float64 {
+	res := math.Inf(-1)
+	if l >= r {
+		return res
+	}
+	l, r = l+m.n, r+m.n
+	m.push(l)
+	m.push(r - 1)
+	for ; l < r; l, r = l>>1, r>>1 {
+		if l&1 == 1 {
+			res = max(res, m.t[l])
+			l++
+		}
+		if r&1 == 1 {
+			r--
+			res = max(res, m.t[r])
+		}
+	}
+	return res
+}
+
+// bucketBound finds spans [a, b] whose contained grants exceed
+// burst + rate·(b − a + drift)/period. For each start a (descending) it
+// keeps, for every candidate end b (a completion time), C(b) − rate·b/period
+// where C(b) is the weight of the grants invoked ≥ a and completed ≤ b.
+func bucketBound(h *history.History, key string, gs []grant, cfg limiterConfig, drift int64, c *collector) {
+	if len(gs) == 0 {
+		return
+	}
+	perNs := float64(cfg.rate) / float64(cfg.period)
+	rets := make([]int64, len(gs))
+	for k := range gs {
+		rets[k] = gs[k].ret
+	}
+	slices.Sort(rets)
+	leaves := make([]float64, len(rets))
+	for k, b := range rets {
+		leaves[k] = -perNs * float64(b)
+	}
+	tree := newMaxTree(leaves)
+	byT := slices.Clone(gs)
+	slices.SortFunc(byT, func(a, b grant) int { return cmp.Compare(b.t, a.t) })
+	limit := float64(cfg.burst) + perNs*float64(drift)
+	const eps = 1e-9
+	var count int64
+	worst, worstA := math.Inf(-1), int64(0)
+	for k := 0; k < len(byT); {
+		a := byT[k].t
+		for ; k < len(byT) && byT[k].t == a; k++ {
+			pos := sort.Search(len(rets), func(n int) bool { return rets[n] >= byT[k].ret })
+			tree.add(pos, len(rets), float64(byT[k].w))
+		}
+		lo := sort.Search(len(rets), func(n int) bool { return rets[n] >= a })
+		excess := tree.max(lo, len(rets)) + perNs*float64(a) - limit
+		if excess > eps*max(1, limit) {
+			count++
+			if excess > worst {
+				worst, worstA = excess, a
+			}
+		}
+	}
+	if count == 0 {
+		return
+	}
+	// The best end for the worst start, directly.
+	var in []grant
+	for _, g := range gs {
+		if g.t >= worstA {
+			in = append(in, g)
+		}
+	}
+	slices.SortFunc(in, func(a, b grant) int { return cmp.Compare(a.ret, b.ret) })
+	var sum int64
+	bestB, bestV := worstA, math.Inf(-1)
+	for n, g := range in {
+		sum += g.w
+		if n+1 < len(in) && in[n+1].ret == g.ret {
+			continue
+		}
+		if v := float64(sum) - perNs*float64(g.ret-worstA); v > bestV {
+			bestV, bestB = v, g.ret
+		}
+	}
+	var granted int64
+	for _, g := range in {
+		if g.ret <= bestB {
+			granted += g.w
+		}
+	}
+	span := bestB - worstA
+	reportWindow(h, key, gs, worstA, bestB,
+		fmt.Sprintf("token bucket (burst %d, %d per %v): %d permits granted within [%s, %s] (span %v), bound %.1f (%d spans over the bound)",
+			cfg.burst, cfg.rate, time.Duration(cfg.period), granted, fmtT(worstA), fmtT(bestB), time.Duration(span),
+			float64(cfg.burst)+perNs*float64(span+drift), count), c)
+}

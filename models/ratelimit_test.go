@@ -1,0 +1,126 @@
+package models
+
+import (
+	"testing"
+	"time"
+
+	"github.com/coordtorture/coordtorture/history"
+)
+
+func fixed(key string, limit, windowMs int64) history.Op {
+	return history.Op{F: history.FAllow, Key: key, Algo: history.AlgoFixed, Limit: limit, WindowMs: windowMs}
+}
+func sliding(key string, limit, windowMs, segments int64) history.Op {
+	return history.Op{F: history.FAllow, Key: key, Algo: history.AlgoSliding, Limit: limit, WindowMs: windowMs, Segments: segments}
+}
+func bucket(key string, burst, rate, periodMs int64) history.Op {
+	return history.Op{F: history.FAllow, Key: key, Algo: history.AlgoBucket, Burst: burst, Rate: rate, PeriodMs: periodMs}
+}
+
+// grants adds n grants of op, each invoked at start+k·step and lasting dur.
+func grants(b *builder, op history.Op, n int, start, step, dur int64) *builder {
+	for k := 0; k < n; k++ {
+		b.ok(k, start+int64(k)*step, start+int64(k)*step+dur, op)
+	}
+	return b
+}
+
+func TestFixedWindow(t *testing.T) {
+	f := fixed("r", 2, 100) // at most 4 in any span < 100 ms
+	expect(t, rate(t, new(builder), Options{}), Pass)
+	expect(t, rate(t, grants(new(builder), f, 1, 0, 0, 1), Options{}), Pass)
+	expect(t, rate(t, grants(new(builder), f, 4, 0, m(1), m(1)), Options{}), Pass)
+	expect(t, rate(t, grants(new(builder), f, 5, 0, m(1), m(1)), Options{}), Fail, "5 permits", "bound 4")
+	// Five grants spread over exactly 100 ms (first invoked at 0, last
+	// returned at 100): the span is not shorter than the window.
+	expect(t, rate(t, grants(new(builder), f, 5, 0, m(24), m(4)), Options{}), Pass)
+	// One nanosecond less: violation.
+	expect(t, rate(t, grants(new(builder), f, 5, 0, m(24), m(4)-1), Options{}), Fail)
+	// Denied and unknown requests do not count.
+	b := grants(new(builder), f, 4, 0, m(1), m(1))
+	b.fail(10, m(2), m(3), f).info(11, m(2), m(3), f)
+	expect(t, rate(t, b, Options{}), Pass)
+	// Permits are weighted.
+	heavy := f
+	heavy.N = 3
+	expect(t, rate(t, grants(new(builder), heavy, 2, 0, m(1), m(1)), Options{}), Fail, "6 permits")
+	// Drift shortens the span.
+	expect(t, rate(t, grants(new(builder), f, 5, 0, m(23), m(4)), Options{Drift: 5 * time.Millisecond}), Pass)
+}
+
+func TestSlidingWindow(t *testing.T) {
+	s := sliding("r", 3, 100, 4) // at most 3 in any span of 75 ms
+	expect(t, rate(t, grants(new(builder), s, 3, 0, m(1), m(1)), Options{}), Pass)
+	expect(t, rate(t, grants(new(builder), s, 4, 0, m(1), m(1)), Options{}), Fail, "4 permits", "bound 3")
+	// Four grants within exactly 75 ms: a violation (the span is closed).
+	expect(t, rate(t, grants(new(builder), s, 4, 0, m(24), m(3)), Options{}), Fail)
+	// Within 75 ms + 1 ns: fine.
+	expect(t, rate(t, grants(new(builder), s, 4, 0, m(24), m(3)+1), Options{}), Pass)
+}
+
+func TestTokenBucket(t *testing.T) {
+	tb := bucket("r", 5, 1, 10) // burst 5, one more per 10 ms
+	expect(t, rate(t, grants(new(builder), tb, 5, 0, 1, 1), Options{}), Pass)
+	expect(t, rate(t, grants(new(builder), tb, 6, 0, 1, 1), Options{}), Fail, "6 permits", "burst 5")
+	// Burst, then one every 10 ms: exactly at the bound.
+	b := grants(new(builder), tb, 5, 0, 1, 1)
+	b.ok(20, m(10), m(10), tb).ok(21, m(20), m(20), tb).ok(22, m(30), m(30), tb)
+	expect(t, rate(t, b, Options{}), Pass)
+	// ... one more at 30 ms is one too many.
+	b.ok(23, m(30), m(30), tb)
+	expect(t, rate(t, b, Options{}), Fail)
+	// A limiter that trusts the client clock: a client 50 ms ahead gets a
+	// second burst right away.
+	skewed := grants(new(builder), tb, 5, 0, 1, 1)
+	grants(skewed, tb, 5, m(1), 1, 1)
+	expect(t, rate(t, skewed, Options{}), Fail)
+	// Long, overlapping requests are not counted against a short span.
+	slow := grants(new(builder), tb, 10, 0, 1, m(100))
+	expect(t, rate(t, slow, Options{}), Pass)
+}
+
+func TestRateLimitConfiguration(t *testing.T) {
+	missing := history.Op{F: history.FAllow, Key: "r"}
+	expect(t, rate(t, grants(new(builder), missing, 2, 0, 1, 1), Options{}), Unknown, "no algo")
+	expect(t, rate(t, grants(new(builder), history.Op{F: history.FAllow, Key: "r", Algo: "magic"}, 2, 0, 1, 1), Options{}), Unknown, "unknown limiter")
+	expect(t, rate(t, grants(new(builder), history.Op{F: history.FAllow, Key: "r", Algo: history.AlgoFixed}, 2, 0, 1, 1), Options{}), Unknown, "missing")
+	b := new(builder).ok(1, 0, 1, fixed("r", 2, 100)).ok(2, 2, 3, fixed("r", 3, 100))
+	expect(t, rate(t, b, Options{}), Unknown, "disagree")
+	// The configuration may be on the first operation only.
+	c := new(builder).ok(1, 0, 1, fixed("r", 2, 100))
+	c.ok(2, 2, 3, history.Op{F: history.FAllowWait, Key: "r"}).ok(3, 4, 5, history.Op{F: history.FAllow, Key: "r"})
+	expect(t, rate(t, c, Options{}), Pass)
+	c.ok(4, 6, 7, history.Op{F: history.FAllow, Key: "r"})
+	expect(t, rate(t, c, Options{}), Pass)
+	c.ok(5, 8, 9, history.Op{F: history.FAllow, Key: "r"})
+	expect(t, rate(t, c, Options{}), Fail, "bound 4")
+}
+
+func TestMaxTree(t *testing.T) {
+	leaves := []float64{1, 5, 2, 8, 3}
+	tr := newMaxTree(leaves)
+	naive := append([]float64(nil), leaves...)
+	ops := [][3]int{{1, 4, 3}, {0, 5, -2}, {2, 3, 10}, {4, 5, 1}, {0, 1, 7}}
+	for _, op := range ops {
+		tr.add(op[0], op[1], float64(op[2]))
+		for i := op[0]; i < op[1]; i++ {
+			naive[i] += float64(op[2])
+		}
+		for l := 0; l < len(naive); l++ {
+			for r := l + 1; r <= len(naive); r++ {
+				want := naive[l]
+				for _, v := range naive[l:r] {
+					want = max(want, v)
+				}
+				if got := tr.max(l, r); got != want {
+					t.Fatalf("max(%d,%d) = %v, want %v (%v)", l, r, got, want, naive)
+				}
+			}
+		}
+	}
+}
+
+func rate(t *testing.T, b *builder, o Options) Result {
+	t.Helper()
+	return CheckRateLimit(b.build(t), o)
+}

@@ -1,0 +1,190 @@
+package models
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/coordtorture/coordtorture/history"
+)
+
+// Checker is one property of the registry.
+type Checker struct {
+	// Name is the property's name, as given to fencecheck --check.
+	Name string
+	// Doc says in a few lines what is checked and from which operations.
+	Doc string
+	// Applies reports whether the history has operations this checker reads.
+	Applies func(h *history.History) bool
+	// Check judges the history.
+	Check func(h *history.History, o Options) Result
+}
+
+func hasOp(h *history.History, pred func(*history.Operation) bool) bool {
+	for k := range h.Ops {
+		if pred(&h.Ops[k]) {
+			return true
+		}
+	}
+	return false
+}
+
+func hasF(fs ...string) func(h *history.History) bool {
+	return func(h *history.History) bool {
+		return hasOp(h, func(op *history.Operation) bool {
+			for _, f := range fs {
+				if op.F == f {
+					return true
+				}
+			}
+			return false
+		})
+	}
+}
+
+// Checkers returns the registry, in the order fencecheck runs them.
+func Checkers() []Checker {
+	return []Checker{
+		{
+			Name: "fenced-resource",
+			Doc: "write: replays the writes in the resource's order (seq, else real time) and reports every\n" +
+				"stale write accepted (token below an accepted one) and every current write rejected.",
+			Applies: hasF(history.FWrite),
+			Check:   CheckFencedResource,
+		},
+		{
+			Name: "token-order",
+			Doc: "acquire, acquire_wait with token: tokens positive, unique, increasing in real-time order;\n" +
+				"sort+sweep, then porcupine (monotonic counter per key; info acquisitions may consume one).",
+			Applies: func(h *history.History) bool {
+				return hasOp(h, func(op *history.Operation) bool { return isTokenAcquire(op.F) && op.Token != 0 })
+			},
+			Check: CheckTokenOrder,
+		},
+		{
+			Name: "exclusion",
+			Doc: "acquire, acquire_wait, renew, release: no two holders of a lock or lease (key, field) with\n" +
+				"overlapping validity windows [return, min(release invoke, invoke + ttl - drift)).",
+			Applies: hasF(history.FAcquire, history.FAcquireWait),
+			Check:   CheckExclusion,
+		},
+		{
+			Name:    "rw-exclusion",
+			Doc:     "acquire_read, acquire_write (+_wait): many readers or one writer over validity windows.",
+			Applies: hasF(history.FAcquireRead, history.FAcquireReadWait, history.FAcquireWrite, history.FAcquireWriteWait),
+			Check:   CheckReadWrite,
+		},
+		{
+			Name:    "semaphore",
+			Doc:     "sem_acquire (+_wait) with n and capacity: at most capacity permits' windows open at once.",
+			Applies: hasF(history.FSemAcquire, history.FSemAcquireWait),
+			Check:   CheckSemaphore,
+		},
+		{
+			Name: "latch",
+			Doc: "latch_*: Wait true only after the count reached 0 in that generation, false only if replaced;\n" +
+				"no underflow, one decrement per count-down; signals to a replaced generation return -1.",
+			Applies: func(h *history.History) bool {
+				return hasOp(h, func(op *history.Operation) bool { return isLatchOp(op.F) })
+			},
+			Check: CheckLatch,
+		},
+		{
+			Name: "rate-limit",
+			Doc: "allow, allow_wait (algo, limit, window_ms, segments, burst, rate, period_ms): fixed <= 2*limit\n" +
+				"in any span < window; sliding <= limit in any span of window - segment; bucket <= burst + rate*span.",
+			Applies: hasF(history.FAllow, history.FAllowWait),
+			Check:   CheckRateLimit,
+		},
+		{
+			Name: "liveness",
+			Doc: "acquire_wait: once a lock is free (released, or expired), someone acquires it within\n" +
+				"--wake-bound; with --lost-notifications, sleepers only by the lease's expiry + bound.",
+			Applies: hasF(history.FAcquireWait),
+			Check:   CheckLiveness,
+		},
+		{
+			Name:    "leaks",
+			Doc:     "leak_scan: the final state read after every TTL elapsed lists nothing (count 0, no value).",
+			Applies: hasF(history.FLeakScan),
+			Check:   CheckLeaks,
+		},
+	}
+}
+
+// Lookup returns the checker with that name.
+func Lookup(name string) (Checker, bool) {
+	for _, c := range Checkers() {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return Checker{}, false
+}
+
+// Applicable returns the checkers that apply to the operations of h.
+func Applicable(h *history.History) []Checker {
+	var out []Checker
+	for _, c := range Checkers() {
+		if c.Applies(h) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Select returns the named checkers (comma-separated names, or "all"), or
+// the applicable ones when names is empty.
+func Select(h *history.History, names string) ([]Checker, error) {
+	names = strings.TrimSpace(names)
+	if names == "" {
+		return Applicable(h), nil
+	}
+	if names == "all" {
+		return Checkers(), nil
+	}
+	var out []Checker
+	for _, n := range strings.Split(names, ",") {
+		n = strings.TrimSpace(n)
+		if n == "" {
+			continue
+		}
+		c, ok := Lookup(n)
+		if !ok {
+			return nil, fmt.Errorf("models: unknown checker %q (have %s)", n, strings.Join(Names(), ", "))
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// Names lists the checkers' names.
+func Names() []string {
+	var out []string
+	for _, c := range Checkers() {
+		out = append(out, c.Name)
+	}
+	return out
+}
+
+// Run runs checkers on h.
+func Run(h *history.History, checkers []Checker, o Options) []Result {
+	out := make([]Result, 0, len(checkers))
+	for _, c := range checkers {
+		out = append(out, c.Check(h, o))
+	}
+	return out
+}
+
+// Worst is the worst verdict of results (FAIL over UNKNOWN over PASS).
+func Worst(results []Result) Verdict {
+	w := Pass
+	for _, r := range results {
+		if r.Verdict == Fail {
+			return Fail
+		}
+		if r.Verdict == Unknown {
+			w = Unknown
+		}
+	}
+	return w
+}

@@ -1,0 +1,177 @@
+package models
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/coordtorture/coordtorture/history"
+)
+
+// mutants pairs, for every checker of the registry, a correct history with
+// one from a deliberately broken implementation.
+var mutants = map[string]struct{ good, bad func() *builder }{
+	"fenced-resource": {
+		func() *builder { return new(builder).ok(1, 0, 10, write("r", 5)).fail(2, 20, 30, write("r", 4)) },
+		// resource that ignores tokens
+		func() *builder { return new(builder).ok(1, 0, 10, write("r", 5)).ok(2, 20, 30, write("r", 4)) },
+	},
+	"token-order": {
+		func() *builder {
+			return new(builder).ok(1, m(0), m(1), acq("k", 1, 10)).ok(2, m(20), m(30), acq("k", 2, 10))
+		},
+		// counter reset (restore from an older snapshot)
+		func() *builder {
+			return new(builder).ok(1, m(0), m(1), acq("k", 7, 10)).ok(2, m(20), m(30), acq("k", 1, 10))
+		},
+	},
+	"exclusion": {
+		func() *builder {
+			return new(builder).ok(1, m(0), m(1), acq("k", 1, 100)).ok(1, m(10), m(11), rel("k")).ok(2, m(5), m(12), acq("k", 2, 100))
+		},
+		// release without owner check
+		func() *builder {
+			return new(builder).ok(1, m(0), m(1), acq("k", 1, 100)).ok(2, m(10), m(11), rel("k")).ok(3, m(12), m(13), acq("k", 2, 100))
+		},
+	},
+	"rw-exclusion": {
+		func() *builder { return new(builder).ok(1, m(0), m(1), rd("k", 100)).ok(2, m(2), m(3), rd("k", 100)) },
+		func() *builder { return new(builder).ok(1, m(0), m(1), rd("k", 100)).ok(2, m(2), m(3), wr("k", 100)) },
+	},
+	"semaphore": {
+		func() *builder {
+			return new(builder).ok(1, m(0), m(1), sem("s", 0, 1, 50)).ok(2, m(60), m(61), sem("s", 0, 1, 100))
+		},
+		// non-atomic prune
+		func() *builder {
+			return new(builder).ok(1, m(0), m(1), sem("s", 0, 1, 50)).ok(2, m(60), m(61), sem("s", 0, 1, 100)).ok(3, m(60), m(62), sem("s", 0, 1, 100))
+		},
+	},
+	"latch": {
+		func() *builder {
+			return new(builder).ok(1, 0, 10, create("l", 2, 1)).ok(2, 20, 30, cd("l", 1, 1)).ok(2, 40, 50, cd("l", 1, 0))
+		},
+		// latch that decrements twice
+		func() *builder { return new(builder).ok(1, 0, 10, create("l", 2, 1)).ok(2, 20, 30, cd("l", 1, 0)) },
+	},
+	"rate-limit": {
+		func() *builder { return grants(new(builder), bucket("r", 3, 1, 10), 3, 0, 1, 1) },
+		// limiter using client time
+		func() *builder { return grants(new(builder), bucket("r", 3, 1, 10), 6, 0, 1, 1) },
+	},
+	"liveness": {
+		func() *builder {
+			return new(builder).ok(1, 0, m(1), acq("k", 1, 1000)).ok(1, m(100), m(101), rel("k")).ok(2, m(50), m(102), acqWait("k", 2, 1000))
+		},
+		// waiter that misses the release notification and polls slowly
+		func() *builder {
+			return new(builder).ok(1, 0, m(1), acq("k", 1, 1000)).ok(1, m(100), m(101), rel("k")).ok(2, m(50), m(2000), acqWait("k", 2, 1000))
+		},
+	},
+	"leaks": {
+		func() *builder {
+			return new(builder).ok(1, 0, m(1), acq("k", 1, 100)).ok(9, m(500), m(501), leakScan(0, ""))
+		},
+		// release that forgets the owner entry
+		func() *builder {
+			return new(builder).ok(1, 0, m(1), acq("k", 1, 100)).ok(9, m(500), m(501), leakScan(1, "k:owners"))
+		},
+	},
+}
+
+func TestEveryCheckerPassesAndFails(t *testing.T) {
+	if len(mutants) != len(Checkers()) {
+		t.Errorf("%d mutant pairs for %d checkers", len(mutants), len(Checkers()))
+	}
+	for _, c := range Checkers() {
+		t.Run(c.Name, func(t *testing.T) {
+			pair, ok := mutants[c.Name]
+			if !ok {
+				t.Fatal("no mutant pair for this checker")
+			}
+			if c.Doc == "" {
+				t.Error("no Doc")
+			}
+			o := Options{WakeBound: live.WakeBound}
+			good, bad := pair.good().build(t), pair.bad().build(t)
+			if !c.Applies(good) || !c.Applies(bad) {
+				t.Fatal("does not apply to its own histories")
+			}
+			expect(t, c.Check(good, o), Pass)
+			r := c.Check(bad, o)
+			expect(t, r, Fail)
+			if r.Checker != c.Name {
+				t.Errorf("result named %q", r.Checker)
+			}
+			if _, err := json.Marshal(r); err != nil {
+				t.Fatal(err)
+			}
+			// The other checkers do not apply to, or pass, this history.
+			for _, other := range Checkers() {
+				if other.Name != c.Name && other.Applies(good) {
+					if r := other.Check(good, o); r.Verdict == Fail {
+						t.Errorf("%s fails on %s's good history: %s", other.Name, c.Name, r.Summary)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestSelect(t *testing.T) {
+	h := new(builder).ok(1, 0, 10, acq("k", 1, 100)).ok(2, 20, 30, write("r", 1)).build(t)
+	var names []string
+	for _, c := range Applicable(h) {
+		names = append(names, c.Name)
+	}
+	if got := strings.Join(names, ","); got != "fenced-resource,token-order,exclusion" {
+		t.Errorf("applicable: %s", got)
+	}
+	cs, err := Select(h, "")
+	if err != nil || len(cs) != 3 {
+		t.Errorf("default selection: %d, %v", len(cs), err)
+	}
+	cs, err = Select(h, " latch , exclusion ")
+	if err != nil || len(cs) != 2 || cs[0].Name != "latch" {
+		t.Errorf("named selection: %v, %v", cs, err)
+	}
+	if cs, _ := Select(h, "all"); len(cs) != len(Checkers()) {
+		t.Error("all")
+	}
+	if _, err := Select(h, "exclusion,nope"); err == nil || !strings.Contains(err.Error(), `"nope"`) {
+		t.Errorf("unknown checker: %v", err)
+	}
+	if len(Applicable(new(builder).build(t))) != 0 {
+		t.Error("checkers apply to an empty history")
+	}
+	rs := Run(h, cs, Options{})
+	if len(rs) != 2 || Worst(rs) != Pass {
+		t.Errorf("run: %+v", rs)
+	}
+	if Worst([]Result{{Verdict: Unknown}, {Verdict: Pass}}) != Unknown || Worst([]Result{{Verdict: Unknown}, {Verdict: Fail}}) != Fail {
+		t.Error("Worst")
+	}
+}
+
+func TestVerdictText(t *testing.T) {
+	for _, v := range []Verdict{Pass, Fail, Unknown} {
+		b, _ := v.MarshalText()
+		var back Verdict
+		if err := back.UnmarshalText(b); err != nil || back != v {
+			t.Errorf("%v: %v", v, err)
+		}
+	}
+	if new(Verdict).UnmarshalText([]byte("MAYBE")) == nil || Verdict(7).String() != "Verdict(7)" {
+		t.Error("bad verdicts")
+	}
+}
+
+func TestOptionsDefaults(t *testing.T) {
+	o := Options{Drift: -1}.withDefaults()
+	if o.Drift != 0 || o.Timeout <= 0 || o.WakeBound <= 0 || o.MaxEvidence != 10 || o.VisualizeLimit <= 0 {
+		t.Errorf("%+v", o)
+	}
+	if ms(1<<62) != history.Never || ms(-(1<<62)) != -history.Never || addSat(history.Never-1, 5) != history.Never {
+		t.Error("saturation")
+	}
+}

@@ -1,0 +1,305 @@
+// Package models judges recorded histories (package history): porcupine
+// linearizability models where linearizability is the question, and direct
+// O(n log n) interval algorithms (sort + sweep) where the property is a bound.
+//
+// Every checker takes a *history.History and Options and returns a Result: a
+// Verdict (PASS, FAIL or UNKNOWN, never PASS when a search timed out), a
+// one-line summary, and Evidence for each violation: the operations involved
+// with their processes, times and tokens, and for porcupine failures and
+// timeouts the HTML visualization. Checkers is the registry the fencecheck CLI
+// runs; Applicable picks the checkers that apply to the operations present.
+//
+// Conventions shared by all checkers (FORMAT.md in package history has the
+// record format):
+//
+//   - Only ok operations happened. fail operations did not and are dropped;
+//     info operations (and operations that never completed) may or may not
+//     have happened, at any time after their invocation, and a checker only
+//     reports what is a violation whichever way they went.
+//   - An operation took effect at some instant between its invoke time T and
+//     its completion time Return. Two operations are ordered in real time
+//     only when one completed strictly before the other was invoked.
+//   - A holder's validity window is what the holder may act on: it starts when
+//     the acquisition returns (the holder cannot know earlier) and ends at the
+//     first of its release's invocation and invoke-time + ttl (extended by
+//     renewals) minus the drift allowance: [Return, min(release.T, T+ttl−drift)).
+//     A correct server never grants a lease while another's window is open,
+//     because that window ends no later than the server-side expiry.
+//
+// The package imports only the standard library and porcupine: no Redis
+// client, no sockets.
+package models
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/coordtorture/coordtorture/history"
+)
+
+// Verdict is the outcome of one checker on one history.
+type Verdict uint8
+
+// Verdicts, from best to worst for exit codes: PASS, UNKNOWN, FAIL.
+const (
+	// Pass: the property holds on this history.
+	Pass Verdict = iota
+	// Fail: the history violates the property; Evidence shows where.
+	Fail
+	// Unknown: the checker could not decide (timeout, missing information).
+	Unknown
+)
+
+// String returns "PASS", "FAIL" or "UNKNOWN".
+func (v Verdict) String() string {
+	switch v {
+	case Pass:
+		return "PASS"
+	case Fail:
+		return "FAIL"
+	case Unknown:
+		return "UNKNOWN"
+	}
+	return fmt.Sprintf("Verdict(%d)", uint8(v))
+}
+
+// MarshalText encodes the verdict as its String.
+func (v Verdict) MarshalText() ([]byte, error) { return []byte(v.String()), nil }
+
+// UnmarshalText decodes "PASS", "FAIL" or "UNKNOWN".
+func (v *Verdict) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "PASS":
+		*v = Pass
+	case "FAIL":
+		*v = Fail
+	case "UNKNOWN":
+		*v = Unknown
+	default:
+		return fmt.Errorf("models: unknown verdict %q", b)
+	}
+	return nil
+}
+
+// Evidence is one violation (or, for UNKNOWN, one reason) and the operations
+// involved, with their indices (I, ReturnI), processes, times and tokens.
+type Evidence struct {
+	// Key is the lock, semaphore, latch, limiter or resource concerned.
+	Key string `json:"key,omitempty"`
+	// Msg says what is wrong, with the relevant times.
+	Msg string `json:"msg"`
+	// Ops are the operations involved.
+	Ops []history.Operation `json:"ops,omitempty"`
+}
+
+// String is Msg followed by one line per operation.
+func (e Evidence) String() string {
+	var b strings.Builder
+	if e.Key != "" {
+		fmt.Fprintf(&b, "key %q: ", e.Key)
+	}
+	b.WriteString(e.Msg)
+	for k := range e.Ops {
+		b.WriteString("\n    ")
+		b.WriteString(e.Ops[k].String())
+	}
+	return b.String()
+}
+
+// Result is the judgement of one checker on one history.
+type Result struct {
+	// Checker is the name of the property checked (as in Checkers).
+	Checker string `json:"checker"`
+	// Verdict is PASS, FAIL or UNKNOWN.
+	Verdict Verdict `json:"verdict"`
+	// Summary is one line for humans.
+	Summary string `json:"summary"`
+	// Ops is the number of operations the checker examined.
+	Ops int `json:"ops"`
+	// Violations counts every violation found (Evidence holds at most
+	// Options.MaxEvidence of them).
+	Violations int `json:"violations"`
+	// Evidence shows the first violations (or the reasons for UNKNOWN).
+	Evidence []Evidence `json:"evidence,omitempty"`
+	// Visualization is porcupine's HTML rendering of the history and its
+	// partial linearizations, for porcupine failures and timeouts; write it
+	// to a .html file and open it in a browser. Nil otherwise.
+	Visualization []byte `json:"-"`
+	// Elapsed is how long the check took.
+	Elapsed time.Duration `json:"elapsed_ns"`
+}
+
+// String is the verdict line: "FAIL exclusion: summary".
+func (r *Result) String() string {
+	return fmt.Sprintf("%-7s %s: %s", r.Verdict, r.Checker, r.Summary)
+}
+
+// Options tune the checkers. The zero value is usable: zero fields take the
+// defaults documented on each.
+type Options struct {
+	// Drift is the clock drift allowance: holders' validity windows and the
+	// spans of rate-limit bounds are shortened by it, so that a server clock
+	// running up to Drift fast over one window is tolerated. Default 0.
+	Drift time.Duration
+	// Timeout bounds each porcupine search; a search that runs out of time
+	// gives UNKNOWN, never PASS. Default 10s.
+	Timeout time.Duration
+	// Capacity, when positive, overrides the semaphore capacity recorded in
+	// the history (the capacity field of sem_acquire operations).
+	Capacity int64
+	// WakeBound is how soon after the lock became free a waiter must acquire
+	// it (RTT + wake slack). Default 1s.
+	WakeBound time.Duration
+	// LostNotifications tells the liveness checker that release
+	// notifications may have been lost (the nemesis cut them): a waiter that
+	// was already sleeping then only has to acquire by the released lease's
+	// expiry (+ Drift) + WakeBound.
+	LostNotifications bool
+	// DenseTokens makes the token-order model stricter: tokens come from one
+	// counter per key that increments exactly once per granted acquisition,
+	// so each ok token must be exactly one more than the previous one, except
+	// for increments consumed by info acquisitions. Off by default (tokens
+	// only have to increase; gaps are allowed).
+	DenseTokens bool
+	// MaxEvidence is how many violations each Result details. Default 10.
+	MaxEvidence int
+	// VisualizeLimit is the largest number of operations of a porcupine
+	// partition that is rendered as HTML. Default 5000.
+	VisualizeLimit int
+}
+
+func (o Options) withDefaults() Options {
+	if o.Timeout <= 0 {
+		o.Timeout = 10 * time.Second
+	}
+	if o.WakeBound <= 0 {
+		o.WakeBound = time.Second
+	}
+	if o.MaxEvidence <= 0 {
+		o.MaxEvidence = 10
+	}
+	if o.VisualizeLimit <= 0 {
+		o.VisualizeLimit = 5000
+	}
+	if o.Drift < 0 {
+		o.Drift = 0
+	}
+	return o
+}
+
+// collector accumulates violations for a Result.
+type collector struct {
+	max      int
+	n        int
+	evidence []Evidence
+	unknown  []Evidence
+}
+
+func newCollector(o Options) *collector { return &collector{max: o.MaxEvidence} }
+
+// fail records a violation.
+func (c *collector) fail(key, msg string, ops ...*history.Operation) {
+	c.n++
+	if len(c.evidence) < c.max {
+		c.evidence = append(c.evidence, evidence(key, msg, ops))
+	}
+}
+
+// full reports whether evidence is complete: further violations are only
+// counted (call skip instead of formatting a message).
+func (c *collector) full() bool { return len(c.evidence) >= c.max }
+
+// skip counts a violation without evidence.
+func (c *collector) skip() { c.n++ }
+
+// undecided records a reason for UNKNOWN.
+func (c *collector) undecided(key, msg string, ops ...*history.Operation) {
+	if len(c.unknown) < c.max {
+		c.unknown = append(c.unknown, evidence(key, msg, ops))
+	}
+}
+
+func evidence(key, msg string, ops []*history.Operation) Evidence {
+	e := Evidence{Key: key, Msg: msg}
+	for _, o := range ops {
+		if o != nil {
+			e.Ops = append(e.Ops, *o)
+		}
+	}
+	return e
+}
+
+// result builds the Result: FAIL if anything failed, else UNKNOWN if anything
+// was undecided, else PASS with the pass summary.
+func (c *collector) result(name string, ops int, pass string) Result {
+	r := Result{Checker: name, Ops: ops, Violations: c.n}
+	switch {
+	case c.n > 0:
+		r.Verdict = Fail
+		r.Evidence = c.evidence
+		r.Summary = fmt.Sprintf("%d violation(s); first: %s", c.n, firstLine(c.evidence[0]))
+	case len(c.unknown) > 0:
+		r.Verdict = Unknown
+		r.Evidence = c.unknown
+		r.Summary = "undecided: " + firstLine(c.unknown[0])
+	default:
+		r.Verdict = Pass
+		r.Summary = pass
+	}
+	return r
+}
+
+func firstLine(e Evidence) string {
+	if e.Key != "" {
+		return fmt.Sprintf("key %q: %s", e.Key, e.Msg)
+	}
+	return e.Msg
+}
+
+// ms converts milliseconds to nanoseconds, saturating.
+func ms(v int64) int64 {
+	const max = int64(^uint64(0)>>1) / 1e6
+	if v > max {
+		return history.Never
+	}
+	if v < -max {
+		return -history.Never
+	}
+	return v * 1e6
+}
+
+// addSat adds without overflowing past Never.
+func addSat(a, b int64) int64 {
+	if a == history.Never || b == history.Never {
+		return history.Never
+	}
+	s := a + b
+	if b > 0 && s < a {
+		return history.Never
+	}
+	if b < 0 && s > a {
+		return -history.Never
+	}
+	return s
+}
+
+// fmtT formats a history time (ns) for messages.
+func fmtT(t int64) string {
+	if t == history.Never {
+		return "never"
+	}
+	return fmt.Sprintf("%dns", t)
+}
+
+// lockID names one lock: a key, or a hash key and field.
+type lockID struct{ key, field string }
+
+func idOf(o *history.Operation) lockID { return lockID{o.Key, o.Field} }
+
+func (id lockID) String() string {
+	if id.field == "" {
+		return id.key
+	}
+	return id.key + "#" + id.field
+}
