@@ -6,7 +6,9 @@ SERVERS_DIR ?= $(CURDIR)/.servers
 TEST_TIMEOUT ?= 18m
 export COORDTORTURE_SERVERS_DIR := $(SERVERS_DIR)
 
-.PHONY: all servers test test-short lint vet fmt bench clean help
+.PHONY: all servers test test-short lint vet fmt bench torture torture-long clean help
+TORTURE_DURATION ?= 5s
+TORTURE_OUT ?= runs/latest
 
 all: test
 
@@ -35,6 +37,12 @@ lint: vet $(STATICCHECK) ## gofmt, go vet and staticcheck
 
 vet:
 	$(GO) vet ./...
+
+torture: servers ## the default torture suite on local servers (report in runs/latest)
+	$(GO) run ./cmd/coordtorture run --duration $(TORTURE_DURATION) --out $(TORTURE_OUT) $(SCENARIOS)
+
+torture-long: servers ## the suite for 2 minutes a scenario on every fetched build
+	$(GO) run ./cmd/coordtorture matrix --duration 2m --out runs/long $(SCENARIOS)
 
 bench: servers ## benchmarks (prim beside its peers on the default build)
 	COORDTORTURE_SERVERS=redis-8.0 $(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./...

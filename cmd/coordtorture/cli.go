@@ -1,0 +1,268 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/coordtorture/coordtorture/reports"
+	"github.com/coordtorture/coordtorture/scenarios"
+	"github.com/coordtorture/coordtorture/testbed"
+)
+
+const usage = `coordtorture — torture Redis/Valkey coordination primitives with real faults.
+
+Usage:
+  coordtorture list                      scenarios, what they do, what must hold
+  coordtorture run [flags] [PATTERN…]    run scenarios (default: all); PATTERN is a name,
+                                         a family ("fenced-lock") or a glob ("*/pause-*")
+  coordtorture matrix [flags] [PATTERN…] run them on every fetched server build
+  coordtorture replay [flags] DIR        re-run the failed scenarios of a run from their seeds
+
+Each run writes DIR/summary.txt, report.json, junit.xml and histories/*.jsonl (check
+them again with fencecheck). Exit status: 0 when every must-hold property held
+(HAZARD is a documented hazard observed, with evidence), 1 on FAIL, 2 on UNKNOWN or
+when the run could not start.
+
+Run flags:
+`
+
+type runFlags struct {
+	server, serverBin, provider, impl, out string
+	duration, ttl                          time.Duration
+	clients                                int
+	seed                                   int64
+}
+
+func (f *runFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.server, "server", testbed.DefaultBuild, "server build: "+strings.Join(testbed.KnownBuilds(), ", ")+" (make servers fetches them)")
+	fs.StringVar(&f.serverBin, "server-bin", "", "run this redis-server/valkey-server binary instead of a fetched build")
+	fs.StringVar(&f.provider, "provider", "local", "where servers run: local (processes on 127.0.0.1)")
+	fs.StringVar(&f.impl, "impl", "prim", "implementation under test: prim, redislock")
+	fs.StringVar(&f.out, "out", "", "output directory (default runs/<time>)")
+	fs.DurationVar(&f.duration, "duration", 10*time.Second, "workload duration per scenario")
+	fs.DurationVar(&f.ttl, "ttl", 500*time.Millisecond, "lock lease duration")
+	fs.IntVar(&f.clients, "clients", 8, "concurrent client processes")
+	fs.Int64Var(&f.seed, "seed", 0, "seed for the nemesis and workload (default: from the clock, printed)")
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		printFlags(stderr)
+		return 2
+	}
+	switch args[0] {
+	case "help", "-h", "--help", "-help":
+		fmt.Fprint(stdout, usage)
+		printFlags(stdout)
+		return 0
+	case "list":
+		return list(stdout)
+	case "run", "matrix", "replay":
+		return runCmd(args[0], args[1:], stdout, stderr)
+	}
+	fmt.Fprintf(stderr, "coordtorture: unknown command %q (see coordtorture help)\n", args[0])
+	return 2
+}
+
+func printFlags(w io.Writer) {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(w)
+	(&runFlags{}).register(fs)
+	fs.PrintDefaults()
+}
+
+func list(w io.Writer) int {
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCENARIO\tTOPOLOGY\tPROPERTIES\tDESCRIPTION")
+	for _, s := range scenarios.All() {
+		var ps []string
+		for _, p := range s.Properties {
+			mark := "must hold"
+			if p.Expect == scenarios.MayHazard {
+				mark = "may show hazard"
+			}
+			ps = append(ps, p.Checker+" ("+mark+")")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", s.Name, s.Topo, strings.Join(ps, ", "), s.Summary)
+	}
+	tw.Flush()
+	return 0
+}
+
+func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f runFlags
+	f.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if f.provider != "local" {
+		fmt.Fprintf(stderr, "coordtorture: provider %q is not available yet (local only)\n", f.provider)
+		return 2
+	}
+	if f.serverBin != "" {
+		os.Setenv(testbed.EnvServerBin, f.serverBin)
+		f.server = testbed.CustomBuild
+	}
+	if f.duration <= 0 || f.ttl < time.Millisecond || f.clients < 1 {
+		fmt.Fprintln(stderr, "coordtorture: --duration and --ttl must be positive and --clients at least 1")
+		return 2
+	}
+	type job struct {
+		s     *scenarios.Scenario
+		build string
+		seed  int64
+		impl  string
+	}
+	var jobs []job
+	seed := f.seed
+	if seed == 0 {
+		seed = time.Now().UnixNano() % 1_000_000_007
+	}
+	switch cmd {
+	case "replay":
+		if fs.NArg() != 1 {
+			fmt.Fprintln(stderr, "coordtorture: replay takes one run directory")
+			return 2
+		}
+		var prev reports.Run
+		b, err := os.ReadFile(filepath.Join(fs.Arg(0), "report.json"))
+		if err == nil {
+			err = json.Unmarshal(b, &prev)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "coordtorture: reading %s: %v\n", fs.Arg(0), err)
+			return 2
+		}
+		for _, o := range prev.Outcomes {
+			if o.Verdict == scenarios.Pass || o.Verdict == scenarios.Hazard {
+				continue
+			}
+			ss, err := scenarios.Match([]string{o.Scenario})
+			if err != nil {
+				fmt.Fprintln(stderr, "coordtorture:", err)
+				return 2
+			}
+			jobs = append(jobs, job{ss[0], o.Build, o.Seed, o.Impl})
+			f.duration, f.clients = o.Duration, o.Clients
+		}
+		if len(jobs) == 0 {
+			fmt.Fprintln(stdout, "nothing to replay: every scenario of that run passed")
+			return 0
+		}
+	default:
+		ss, err := scenarios.Match(fs.Args())
+		if err != nil {
+			fmt.Fprintln(stderr, "coordtorture:", err)
+			return 2
+		}
+		builds := []string{f.server}
+		if cmd == "matrix" {
+			builds = nil
+			for _, b := range testbed.KnownBuilds() {
+				if _, err := testbed.LookupBuild(b); err == nil {
+					builds = append(builds, b)
+				} else {
+					fmt.Fprintf(stderr, "coordtorture: skipping %s: %v\n", b, err)
+				}
+			}
+		}
+		for _, b := range builds {
+			if _, err := testbed.LookupBuild(b); err != nil {
+				fmt.Fprintf(stderr, "coordtorture: %v\n", err)
+				return 2
+			}
+			for _, s := range ss {
+				jobs = append(jobs, job{s, b, seed, f.impl})
+			}
+		}
+	}
+	out := f.out
+	if out == "" {
+		out = filepath.Join("runs", time.Now().Format("20060102-150405"))
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	tty := isTerminal(stdout)
+	rep := &reports.Run{Started: time.Now(), Command: "coordtorture " + cmd + " " + strings.Join(args, " ")}
+	fmt.Fprintf(stdout, "coordtorture: %d scenario run(s), %v each, %d clients, seed %d → %s\n", len(jobs), f.duration, f.clients, seed, out)
+	for i, j := range jobs {
+		label := fmt.Sprintf("[%d/%d] %s [%s, %s]", i+1, len(jobs), j.s.Name, j.impl, j.build)
+		progress := func(el, total time.Duration) {
+			if tty {
+				n := int(20 * el / total)
+				fmt.Fprintf(stdout, "\r%s [%s%s] %v/%v", label, strings.Repeat("#", min(n, 20)), strings.Repeat(".", max(0, 20-n)), el.Round(time.Second), total)
+			} else {
+				fmt.Fprintf(stdout, "%s %v/%v\n", label, el.Round(time.Second), total)
+			}
+		}
+		if !tty {
+			fmt.Fprintf(stdout, "%s starting\n", label)
+		}
+		o, err := scenarios.Run(ctx, j.s, scenarios.Config{Build: j.build, Duration: f.duration, Clients: f.clients,
+			Seed: j.seed, Impl: j.impl, TTL: f.ttl, Progress: progress})
+		if err != nil {
+			o = &scenarios.Outcome{Scenario: j.s.Name, Build: j.build, Impl: j.impl, Seed: j.seed, Clients: f.clients,
+				Duration: f.duration, Verdict: scenarios.Unknown, Error: err.Error()}
+		}
+		if tty {
+			fmt.Fprint(stdout, "\r\033[K")
+		}
+		fmt.Fprintf(stdout, "%s %s (%d ops)\n", label, o.Verdict, o.Ops)
+		if o.Error != "" {
+			fmt.Fprintf(stderr, "  %s\n", firstLines(o.Error, 8))
+		}
+		rep.Outcomes = append(rep.Outcomes, o)
+		if ctx.Err() != nil {
+			fmt.Fprintln(stderr, "coordtorture: interrupted; writing what ran")
+			break
+		}
+	}
+	if err := reports.WriteDir(out, rep); err != nil {
+		fmt.Fprintf(stderr, "coordtorture: writing %s: %v\n", out, err)
+		return 2
+	}
+	fmt.Fprintln(stdout)
+	reports.WriteSummary(stdout, rep)
+	fmt.Fprintf(stdout, "report: %s\n", out)
+	switch rep.Verdict() {
+	case scenarios.Fail:
+		return 1
+	case scenarios.Unknown:
+		return 2
+	}
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return 2
+	}
+	return 0
+}
+
+func firstLines(s string, n int) string {
+	lines := strings.SplitN(s, "\n", n+1)
+	if len(lines) > n {
+		lines = lines[:n]
+	}
+	return strings.Join(lines, "\n  ")
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

@@ -1,0 +1,182 @@
+// Package reports renders scenario outcomes: a text summary, JSON, JUnit XML
+// (one test case per scenario × property) and every history as JSONL that
+// cmd/fencecheck can check again offline.
+package reports
+
+import (
+	"encoding/json"
+	"encoding/xml"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/coordtorture/coordtorture/history"
+	"github.com/coordtorture/coordtorture/scenarios"
+)
+
+// Run is one coordtorture run: its settings and its outcomes.
+type Run struct {
+	Started  time.Time            `json:"started"`
+	Command  string               `json:"command"`
+	Outcomes []*scenarios.Outcome `json:"outcomes"`
+}
+
+// Verdict is the worst verdict of the run.
+func (r *Run) Verdict() scenarios.Verdict {
+	var vs []scenarios.Verdict
+	for _, o := range r.Outcomes {
+		vs = append(vs, o.Verdict)
+	}
+	return scenarios.Worst(vs...)
+}
+
+// HistoryFile is the file name of an outcome's history inside a run directory.
+func HistoryFile(o *scenarios.Outcome) string {
+	return filepath.Join("histories", strings.ReplaceAll(o.Scenario, "/", "__")+"."+o.Impl+"."+o.Build+".jsonl")
+}
+
+// WriteSummary writes the verdict table.
+func WriteSummary(w io.Writer, r *Run) error {
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCENARIO\tIMPL\tSERVER\tOPS\tVERDICT\tPROPERTIES")
+	for _, o := range r.Outcomes {
+		var ps []string
+		for _, p := range o.Results {
+			ps = append(ps, fmt.Sprintf("%s=%s", p.Checker, p.Verdict))
+		}
+		if o.Error != "" {
+			ps = append(ps, "error: "+o.Error)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", o.Scenario, o.Impl, o.Build, o.Ops, o.Verdict, strings.Join(ps, " "))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, o := range r.Outcomes {
+		for _, p := range o.Results {
+			if p.Verdict == scenarios.Pass {
+				continue
+			}
+			fmt.Fprintf(w, "\n%s %s [%s] %s (%s, seed %d): %s\n", p.Verdict, o.Scenario, o.Impl, p.Checker, p.Expect, o.Seed, p.Result.Summary)
+			for i, e := range p.Result.Evidence {
+				if i == 3 {
+					fmt.Fprintf(w, "  … %d more\n", len(p.Result.Evidence)-3)
+					break
+				}
+				fmt.Fprintf(w, "  %s\n", strings.ReplaceAll(e.String(), "\n", "\n  "))
+			}
+		}
+	}
+	fmt.Fprintf(w, "\noverall: %s\n", r.Verdict())
+	return nil
+}
+
+type junitSuites struct {
+	XMLName xml.Name     `xml:"testsuites"`
+	Suites  []junitSuite `xml:"testsuite"`
+}
+
+type junitSuite struct {
+	Name     string      `xml:"name,attr"`
+	Tests    int         `xml:"tests,attr"`
+	Failures int         `xml:"failures,attr"`
+	Skipped  int         `xml:"skipped,attr"`
+	Cases    []junitCase `xml:"testcase"`
+}
+
+type junitCase struct {
+	Name      string        `xml:"name,attr"`
+	ClassName string        `xml:"classname,attr"`
+	Time      float64       `xml:"time,attr"`
+	Failure   *junitMessage `xml:"failure,omitempty"`
+	Skipped   *junitMessage `xml:"skipped,omitempty"`
+	Out       string        `xml:"system-out,omitempty"`
+}
+
+type junitMessage struct {
+	Message string `xml:"message,attr"`
+	Body    string `xml:",chardata"`
+}
+
+// WriteJUnit writes one test case per scenario × property: FAIL and UNKNOWN
+// are failures, HAZARD passes with its evidence in system-out.
+func WriteJUnit(w io.Writer, r *Run) error {
+	var out junitSuites
+	for _, o := range r.Outcomes {
+		s := junitSuite{Name: fmt.Sprintf("%s [%s, %s]", o.Scenario, o.Impl, o.Build)}
+		for _, p := range o.Results {
+			c := junitCase{Name: p.Checker, ClassName: strings.ReplaceAll(o.Scenario, "/", "."), Time: p.Result.Elapsed.Seconds()}
+			var ev []string
+			for _, e := range p.Result.Evidence {
+				ev = append(ev, e.String())
+			}
+			msg := fmt.Sprintf("%s (%s): %s", p.Verdict, p.Expect, p.Result.Summary)
+			switch p.Verdict {
+			case scenarios.Fail, scenarios.Unknown:
+				c.Failure = &junitMessage{Message: msg, Body: strings.Join(ev, "\n")}
+				s.Failures++
+			case scenarios.Hazard:
+				c.Out = msg + "\n" + strings.Join(ev, "\n")
+			}
+			s.Cases = append(s.Cases, c)
+			s.Tests++
+		}
+		out.Suites = append(out.Suites, s)
+	}
+	if _, err := io.WriteString(w, xml.Header); err != nil {
+		return err
+	}
+	enc := xml.NewEncoder(w)
+	enc.Indent("", "  ")
+	return enc.Encode(out)
+}
+
+// WriteDir writes summary.txt, report.json, junit.xml and histories/*.jsonl
+// into dir (created if needed).
+func WriteDir(dir string, r *Run) error {
+	if err := os.MkdirAll(filepath.Join(dir, "histories"), 0o755); err != nil {
+		return err
+	}
+	for _, o := range r.Outcomes {
+		f, err := os.Create(filepath.Join(dir, HistoryFile(o)))
+		if err != nil {
+			return err
+		}
+		enc := history.NewEncoder(f)
+		for i := range o.Records {
+			if err := enc.Encode(&o.Records[i]); err != nil {
+				f.Close()
+				return err
+			}
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
+	}
+	write := func(name string, f func(io.Writer) error) error {
+		fh, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
+			return err
+		}
+		if err := f(fh); err != nil {
+			fh.Close()
+			return err
+		}
+		return fh.Close()
+	}
+	if err := write("summary.txt", func(w io.Writer) error { return WriteSummary(w, r) }); err != nil {
+		return err
+	}
+	if err := write("junit.xml", func(w io.Writer) error { return WriteJUnit(w, r) }); err != nil {
+		return err
+	}
+	return write("report.json", func(w io.Writer) error {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	})
+}

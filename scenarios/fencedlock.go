@@ -1,0 +1,232 @@
+package scenarios
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/coordtorture/coordtorture/history"
+	"github.com/coordtorture/coordtorture/models"
+	"github.com/coordtorture/coordtorture/testbed"
+)
+
+// The fenced-lock family: clients contend for one lock and write to a fenced
+// resource with the token they hold. Some writes come after a simulated stop of
+// the client (a GC pause between the ownership check and the write), so what
+// keeps the data safe is the resource refusing stale tokens, not the lock.
+
+const lockKey = "fenced-lock"
+
+// lockWorkload is one client: acquire, maybe stall, write with the token, release.
+func lockWorkload(stall float64, stallFor func(ttl time.Duration) time.Duration) func(ctx context.Context, env *Env, proc int) {
+	return func(ctx context.Context, env *Env, proc int) {
+		r := env.Rand(proc)
+		c := env.Clients[proc]
+		rec := env.Rec
+		for ctx.Err() == nil {
+			if _, err := rec.Invoke(proc, history.Op{F: history.FAcquire, Key: lockKey, TTLMs: env.TTL.Milliseconds()}); err != nil {
+				return
+			}
+			held, err := env.Impl.TryAcquire(ctx, c, lockKey, env.TTL)
+			switch {
+			case err == nil:
+				rec.OK(proc, history.Op{Token: held.Token(), Owner: held.Owner(), TTLMs: env.TTL.Milliseconds()})
+			case errors.Is(err, ErrContended):
+				rec.Fail(proc, history.Op{})
+				sleep(ctx, time.Duration(1+r.IntN(5))*time.Millisecond)
+				continue
+			default:
+				rec.Info(proc, history.Op{Err: err.Error()})
+				sleep(ctx, time.Duration(5+r.IntN(20))*time.Millisecond)
+				continue
+			}
+			tok := held.Token()
+			if tok == 0 {
+				// Unfenced implementation: the harness numbers acquisitions in the
+				// order they returned, so the oracle can tell which writes were
+				// stale even though the resource cannot.
+				tok = env.virtual.Add(1)
+			}
+			if r.Float64() < stall {
+				sleep(ctx, stallFor(env.TTL)) // the process stops between check and write
+			}
+			rec.Invoke(proc, history.Op{F: history.FWrite, Key: "resource", Token: tok, Value: fmt.Sprintf("p%d", proc)})
+			if ok, seq := env.Resource.Write(tok); ok {
+				rec.OK(proc, history.Op{Seq: seq})
+			} else {
+				rec.Fail(proc, history.Op{Seq: seq, Err: "stale token"})
+			}
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			rec.Invoke(proc, history.Op{F: history.FRelease, Key: lockKey, Owner: held.Owner(), Token: held.Token()})
+			v, err := held.Release(rctx)
+			cancel()
+			if err != nil {
+				rec.Info(proc, history.Op{Err: err.Error()})
+			} else {
+				rec.OK(proc, history.Op{Value: v})
+			}
+			sleep(ctx, time.Duration(r.IntN(3))*time.Millisecond)
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+var lockChecks = []string{"fenced-resource", "token-order", "exclusion"}
+
+func props(hazards ...string) []Property {
+	var out []Property
+	for _, c := range lockChecks {
+		p := Property{Checker: c}
+		for _, h := range hazards {
+			if h == c {
+				p.Expect = MayHazard
+			}
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// every schedules f at random points, each followed by undo after hold.
+func every(r *rand.Rand, d, gap, hold time.Duration, name string, f, undo func(context.Context, *Env, *rand.Rand) error) []Event {
+	var evs []Event
+	for at := gap/2 + time.Duration(r.Int64N(int64(gap/2))); at+hold < d; at += gap + time.Duration(r.Int64N(int64(gap/2))) {
+		evs = append(evs,
+			Event{At: at, Name: name, Do: func(ctx context.Context, e *Env) error { return f(ctx, e, r) }},
+			Event{At: at + hold, Name: "heal " + name, Do: func(ctx context.Context, e *Env) error { return undo(ctx, e, r) }})
+	}
+	return evs
+}
+
+func healAll(_ context.Context, e *Env, _ *rand.Rand) error { return e.Topo.HealAll() }
+
+func init() {
+	noStall := func(time.Duration) time.Duration { return 0 }
+	shortStall := func(ttl time.Duration) time.Duration { return ttl / 10 }
+	longStall := func(ttl time.Duration) time.Duration { return ttl + ttl/2 }
+	standalone := Topology{Kind: testbed.KindStandalone}
+	drift := models.Options{Drift: 20 * time.Millisecond}
+	impls := []string{"prim", "redislock"}
+
+	Register(&Scenario{
+		Name:    "fenced-lock/baseline",
+		Summary: "no faults; clients stall briefly before writing. Everything must hold.",
+		Topo:    standalone, Workload: lockWorkload(0.1, shortStall),
+		Properties: props(), Check: drift, Impls: impls,
+	})
+	Register(&Scenario{
+		Name: "fenced-lock/pause-client",
+		Summary: "clients stop for 1.5× the lease between acquiring and writing (a GC pause); the lease expires and " +
+			"another owner writes. The resource must reject the stale holder: everything must hold.",
+		Topo: standalone, Workload: lockWorkload(0.3, longStall),
+		Properties: props(), Check: drift, Impls: impls,
+	})
+	Register(&Scenario{
+		Name:    "fenced-lock/partition-client",
+		Summary: "one client at a time is cut off from the server (silently) and healed; outcomes become uncertain. Everything must hold.",
+		Topo:    standalone, Workload: lockWorkload(0.1, shortStall),
+		Nemesis: func(r *rand.Rand, d time.Duration) []Event {
+			return every(r, d, 1500*time.Millisecond, 700*time.Millisecond, "partition a client",
+				func(_ context.Context, e *Env, r *rand.Rand) error {
+					return e.Topo.Partition(Peer(r.IntN(len(e.Clients))), "n1")
+				}, healAll)
+		},
+		Properties: props(), Check: drift, Impls: impls,
+	})
+	Register(&Scenario{
+		Name:    "fenced-lock/latency",
+		Summary: "every client link gets 20ms ± 20ms latency at times; replies come late, near lease expiry. Everything must hold.",
+		Topo:    standalone, Workload: lockWorkload(0.1, shortStall),
+		Nemesis: func(r *rand.Rand, d time.Duration) []Event {
+			return every(r, d, 2*time.Second, time.Second, "latency on client links",
+				func(_ context.Context, e *Env, _ *rand.Rand) error {
+					for i := range e.Clients {
+						l, err := e.Topo.Link(Peer(i), "n1")
+						if err != nil {
+							return err
+						}
+						if err := l.Latency(20*time.Millisecond, 20*time.Millisecond); err != nil {
+							return err
+						}
+					}
+					return nil
+				}, healAll)
+		},
+		Properties: props(), Check: models.Options{Drift: 80 * time.Millisecond}, Impls: impls,
+	})
+	Register(&Scenario{
+		Name:    "fenced-lock/pause-primary",
+		Summary: "the server is stopped (SIGSTOP) for longer than a lease and continued. Everything must hold.",
+		Topo:    standalone, Workload: lockWorkload(0.1, shortStall),
+		Nemesis: func(r *rand.Rand, d time.Duration) []Event {
+			return every(r, d, 2*time.Second, 800*time.Millisecond, "pause the server",
+				func(_ context.Context, e *Env, _ *rand.Rand) error { return e.Topo.Pause("n1") },
+				func(_ context.Context, e *Env, _ *rand.Rand) error { return e.Topo.Resume("n1") })
+		},
+		Properties: props(), Check: drift, Impls: impls,
+	})
+	Register(&Scenario{
+		Name: "fenced-lock/kill-restart-aof",
+		Summary: "the server is killed -9 and restarted with appendfsync always: counter and leases survive. " +
+			"Everything must hold.",
+		Topo: Topology{Kind: testbed.KindStandalone, AOF: true}, Workload: lockWorkload(0.1, noStall),
+		Nemesis:    killRestart,
+		Properties: props(), Check: drift, Impls: impls,
+	})
+	Register(&Scenario{
+		Name: "fenced-lock/kill-restart-noaof",
+		Summary: "the server is killed -9 and restarted without persistence: the counter restarts from zero and live leases " +
+			"vanish. HAZARD expected on token order and exclusion; the resource must still refuse every regressed token.",
+		Topo: standalone, Workload: lockWorkload(0.1, noStall),
+		Nemesis:    killRestart,
+		Properties: props("token-order", "exclusion"), Check: drift, Impls: impls,
+	})
+}
+
+func killRestart(r *rand.Rand, d time.Duration) []Event {
+	return every(r, d, 3*time.Second, 300*time.Millisecond, "kill -9 the server",
+		func(_ context.Context, e *Env, _ *rand.Rand) error { return e.Topo.Kill("n1") },
+		func(ctx context.Context, e *Env, _ *rand.Rand) error {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
+			defer cancel()
+			return e.Topo.Start(sctx, "n1")
+		})
+}
+
+func init() {
+	Register(&Scenario{
+		Name: "fenced-lock/failover-forced",
+		Summary: "replication to the replica is cut, then the sentinels are told to fail over at once: the new primary " +
+			"lacks the last counter increments and leases. HAZARD expected (token regression, overlapping holders); " +
+			"the resource must still refuse every regressed token it can.",
+		Topo:     Topology{Kind: testbed.KindReplicated, Replicas: 1, Sentinels: 3},
+		Workload: lockWorkload(0.1, func(ttl time.Duration) time.Duration { return ttl / 10 }),
+		Nemesis: func(r *rand.Rand, d time.Duration) []Event {
+			at := d / 3
+			return []Event{
+				{At: at, Name: "cut replication n2↔n1", Do: func(_ context.Context, e *Env) error { return e.Topo.Partition("n2", "n1") }},
+				{At: at + time.Second, Name: "SENTINEL FAILOVER (forced, replica behind)", Do: func(ctx context.Context, e *Env) error {
+					_, err := e.Topo.FailoverSentinel(ctx)
+					return err
+				}},
+				{At: at + 1500*time.Millisecond, Name: "heal", Do: func(_ context.Context, e *Env) error { return e.Topo.HealAll() }},
+			}
+		},
+		Properties: props("token-order", "exclusion"),
+		Check:      models.Options{Drift: 20 * time.Millisecond},
+		Impls:      []string{"prim", "redislock"},
+	})
+}

@@ -1,0 +1,118 @@
+package scenarios
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordtorture/coordtorture/history"
+	"github.com/coordtorture/coordtorture/prim"
+)
+
+// LockImpl adapts one lock implementation to the workloads.
+type LockImpl interface {
+	Name() string
+	// Fenced reports whether the implementation hands out fencing tokens; an
+	// unfenced one writes to an unfenced resource.
+	Fenced() bool
+	// TryAcquire attempts the lock once on client c. It returns ErrContended,
+	// an uncertain error (wrapping ErrUncertain) or another error.
+	TryAcquire(ctx context.Context, c redis.UniversalClient, key string, ttl time.Duration) (Held, error)
+}
+
+// Held is an acquired lock.
+type Held interface {
+	Token() int64 // 0 when unfenced
+	Owner() string
+	// Release returns one of history.ValueReleased, ValueAlreadyReleased,
+	// ValueNotOwned.
+	Release(ctx context.Context) (string, error)
+}
+
+// ErrContended is an acquisition that definitely did not happen.
+var ErrContended = errors.New("contended")
+
+// ErrUncertain marks an acquisition whose outcome is unknown.
+var ErrUncertain = errors.New("uncertain")
+
+// NewImpl returns the named implementation: prim, redislock.
+func NewImpl(name string) (LockImpl, error) {
+	switch name {
+	case "", "prim":
+		return primImpl{}, nil
+	case "redislock":
+		return redislockImpl{}, nil
+	}
+	return nil, fmt.Errorf("scenarios: unknown implementation %q (prim, redislock)", name)
+}
+
+type primImpl struct{}
+
+func (primImpl) Name() string { return "prim" }
+func (primImpl) Fenced() bool { return true }
+func (primImpl) TryAcquire(ctx context.Context, c redis.UniversalClient, key string, ttl time.Duration) (Held, error) {
+	l, err := prim.New(c).TryAcquireFencedLock(ctx, "{"+key+"}:lease", "{"+key+"}:fence", ttl)
+	switch {
+	case err == nil:
+		return primHeld{l}, nil
+	case errors.Is(err, prim.ErrNotAcquired):
+		return nil, ErrContended
+	case errors.Is(err, prim.ErrUncertain):
+		return nil, fmt.Errorf("%w: %w", ErrUncertain, err)
+	}
+	return nil, err
+}
+
+type primHeld struct{ l *prim.FencedLock }
+
+func (h primHeld) Token() int64  { return h.l.FencingToken() }
+func (h primHeld) Owner() string { return h.l.OwnerToken() }
+func (h primHeld) Release(ctx context.Context) (string, error) {
+	r, err := h.l.Release(ctx)
+	if err != nil {
+		return "", err
+	}
+	switch r {
+	case prim.Released:
+		return history.ValueReleased, nil
+	case prim.NotOwned:
+		return history.ValueNotOwned, nil
+	}
+	return history.ValueAlreadyReleased, nil
+}
+
+// redislockImpl is github.com/bsm/redislock: SET NX PX with a random token and a
+// compare-and-delete release; no fencing token.
+type redislockImpl struct{}
+
+func (redislockImpl) Name() string { return "redislock" }
+func (redislockImpl) Fenced() bool { return false }
+func (redislockImpl) TryAcquire(ctx context.Context, c redis.UniversalClient, key string, ttl time.Duration) (Held, error) {
+	l, err := redislock.New(c).Obtain(ctx, key, ttl, nil)
+	switch {
+	case err == nil:
+		return rlHeld{l}, nil
+	case errors.Is(err, redislock.ErrNotObtained):
+		return nil, ErrContended
+	}
+	return nil, fmt.Errorf("%w: %w", ErrUncertain, err)
+}
+
+type rlHeld struct{ l *redislock.Lock }
+
+func (h rlHeld) Token() int64  { return 0 }
+func (h rlHeld) Owner() string { return h.l.Token() }
+func (h rlHeld) Release(ctx context.Context) (string, error) {
+	err := h.l.Release(ctx)
+	if errors.Is(err, redislock.ErrLockNotHeld) {
+		return history.ValueNotOwned, nil
+	}
+	if err != nil {
+		return "", err
+	}
+	return history.ValueReleased, nil
+}

@@ -1,0 +1,162 @@
+// Package scenarios runs coordination primitives (package prim, or a peer
+// library) on real servers from package testbed while a nemesis injects faults
+// on a seeded timeline, records every operation as a history and judges it with
+// the checkers of package models.
+//
+// A scenario is named <family>/<fault>; it declares its topology, its workload
+// (concurrent client processes), its nemesis schedule, and for each property
+// whether it must hold (a violation is FAIL) or may show a documented hazard (a
+// violation is HAZARD, reported with its evidence). Adding a family is one file:
+// see fencedlock.go.
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"path"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordtorture/coordtorture/history"
+	"github.com/coordtorture/coordtorture/models"
+	"github.com/coordtorture/coordtorture/testbed"
+)
+
+// Expectation says what a property's violation means in a scenario.
+type Expectation int
+
+const (
+	// MustHold: a violation is a bug (FAIL).
+	MustHold Expectation = iota
+	// MayHazard: the fault is one of the documented hazards (asynchronous
+	// failover, restore, eviction, clock skew) that can break the property; a
+	// violation is reported as HAZARD with its evidence.
+	MayHazard
+)
+
+func (e Expectation) String() string {
+	if e == MayHazard {
+		return "may show hazard"
+	}
+	return "must hold"
+}
+
+// Property is one checker of package models with its expectation.
+type Property struct {
+	Checker string
+	Expect  Expectation
+}
+
+// Topology is the shape a scenario runs on.
+type Topology struct {
+	Kind               testbed.Kind
+	Replicas           int // replicated
+	Sentinels          int // replicated
+	Primaries          int // cluster
+	ReplicasPerPrimary int // cluster
+	AOF                bool
+}
+
+func (t Topology) String() string {
+	switch t.Kind {
+	case testbed.KindReplicated:
+		return fmt.Sprintf("replicated (1 primary, %d replicas, %d sentinels)", t.Replicas, t.Sentinels)
+	case testbed.KindCluster:
+		return fmt.Sprintf("cluster (%d primaries × %d replicas)", t.Primaries, t.ReplicasPerPrimary)
+	}
+	return string(t.Kind)
+}
+
+// Event is one fault of a nemesis schedule, at an offset from the start.
+type Event struct {
+	At   time.Duration
+	Name string
+	Do   func(ctx context.Context, env *Env) error
+}
+
+// Scenario is one named run: topology, workload, nemesis, properties.
+type Scenario struct {
+	Name    string
+	Summary string
+	Topo    Topology
+	// Workload runs one client process until ctx ends.
+	Workload func(ctx context.Context, env *Env, proc int)
+	// Nemesis returns the fault schedule for a run of duration d.
+	Nemesis func(r *rand.Rand, d time.Duration) []Event
+	// Properties are the checkers that judge the history.
+	Properties []Property
+	// Check tunes the checkers (drift allowance, lost notifications…).
+	Check models.Options
+	// Impls lists the implementations the scenario supports ("prim" first).
+	Impls []string
+}
+
+// Env is what a workload and a nemesis act on.
+type Env struct {
+	Topo     *testbed.Topology
+	Rec      *history.Recorder
+	Clients  []redis.UniversalClient // one per process, each its own peer ("c0", "c1"…)
+	Impl     LockImpl
+	Resource *Resource
+	Seed     int64
+	TTL      time.Duration
+
+	rands   []*rand.Rand
+	virtual atomic.Int64 // acquisition numbers for unfenced implementations
+}
+
+// Rand is the process's own seeded random source.
+func (e *Env) Rand(proc int) *rand.Rand { return e.rands[proc] }
+
+// Peer is the testbed peer name of a process's client.
+func Peer(proc int) string { return fmt.Sprintf("c%d", proc) }
+
+var registry = map[string]*Scenario{}
+
+// Register adds a scenario to the registry; a family file calls it from init.
+func Register(s *Scenario) {
+	if _, dup := registry[s.Name]; dup {
+		panic("scenarios: duplicate scenario " + s.Name)
+	}
+	registry[s.Name] = s
+}
+
+// All returns every registered scenario, by name.
+func All() []*Scenario {
+	out := make([]*Scenario, 0, len(registry))
+	for _, s := range registry {
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Match returns the scenarios whose names match any of the patterns (path.Match
+// globs such as "fenced-lock/*", or a family prefix such as "fenced-lock"). No
+// pattern means all.
+func Match(patterns []string) ([]*Scenario, error) {
+	if len(patterns) == 0 {
+		return All(), nil
+	}
+	var out []*Scenario
+	for _, s := range All() {
+		for _, p := range patterns {
+			ok, err := path.Match(p, s.Name)
+			if err != nil {
+				return nil, fmt.Errorf("scenarios: bad pattern %q: %w", p, err)
+			}
+			if ok || s.Name == p || len(s.Name) > len(p) && s.Name[:len(p)] == p && s.Name[len(p)] == '/' {
+				out = append(out, s)
+				break
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("scenarios: no scenario matches %v (see `coordtorture list`)", patterns)
+	}
+	return out, nil
+}
