@@ -72,6 +72,14 @@ func TestFencedLockScenarios(t *testing.T) {
 			if out.Ops < 50 {
 				t.Fatalf("only %d operations: the workload did not run", out.Ops)
 			}
+			// The documented hazards must actually be produced, with evidence.
+			wantHazard := map[string]string{
+				"fenced-lock/failover-forced":    "token-order",
+				"fenced-lock/kill-restart-noaof": "token-order",
+			}[s.Name]
+			if wantHazard != "" && verdictOf(out, wantHazard) != scenarios.Hazard {
+				t.Fatalf("%s: %s is %s; the scenario must show the hazard", s.Name, wantHazard, verdictOf(out, wantHazard))
+			}
 		})
 	}
 }
