@@ -39,13 +39,22 @@ var ErrContended = errors.New("contended")
 // ErrUncertain marks an acquisition whose outcome is unknown.
 var ErrUncertain = errors.New("uncertain")
 
-// NewImpl returns the named implementation: prim, redislock.
+var extraImpls = map[string]LockImpl{}
+
+// RegisterImpl adds an implementation under its Name, for every lock scenario:
+// scenarios/mutants registers its deliberately broken ones this way.
+func RegisterImpl(l LockImpl) { extraImpls[l.Name()] = l }
+
+// NewImpl returns the named implementation: prim, redislock, or a registered one.
 func NewImpl(name string) (LockImpl, error) {
 	switch name {
 	case "", "prim":
 		return primImpl{}, nil
 	case "redislock":
 		return redislockImpl{}, nil
+	}
+	if l, ok := extraImpls[name]; ok {
+		return l, nil
 	}
 	return nil, fmt.Errorf("scenarios: unknown implementation %q (prim, redislock)", name)
 }

@@ -121,7 +121,8 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
-	supported := len(s.Impls) == 0
+	_, registered := extraImpls[impl.Name()]
+	supported := len(s.Impls) == 0 || registered
 	for _, i := range s.Impls {
 		supported = supported || i == impl.Name()
 	}
@@ -136,6 +137,9 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 
 	env := &Env{Topo: topo, Impl: impl, Seed: cfg.Seed, TTL: cfg.TTL,
 		Resource: &Resource{Fencing: impl.Fenced()}}
+	if r, ok := impl.(interface{ ResourceFencing() bool }); ok {
+		env.Resource.Fencing = r.ResourceFencing()
+	}
 	for i := 0; i < cfg.Clients; i++ {
 		c, err := topo.Client(testbed.AsPeer(Peer(i)), testbed.WithTimeout(250*time.Millisecond),
 			testbed.WithOptions(func(o *redis.UniversalOptions) { o.MaxRetries = -1 }))

@@ -1,0 +1,213 @@
+// Package mutants holds deliberately broken implementations of coordination
+// primitives, each beside the correct one it breaks. Its tests run both against
+// a real server, record histories and require the checkers of package models to
+// flag every mutant and pass every correct implementation: a checker that
+// cannot fail is worse than none.
+package mutants
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordtorture/coordtorture/history"
+	"github.com/coordtorture/coordtorture/scenarios"
+)
+
+func init() {
+	scenarios.RegisterImpl(ReleaseWithoutOwnerCheck{})
+	scenarios.RegisterImpl(ResourceIgnoresTokens{})
+}
+
+// ReleaseWithoutOwnerCheck is a fenced lock whose release deletes the lease
+// whoever holds it: a holder that outlived its lease deletes its successor's.
+type ReleaseWithoutOwnerCheck struct{}
+
+// Name implements scenarios.LockImpl.
+func (ReleaseWithoutOwnerCheck) Name() string { return "mutant-release-without-owner-check" }
+
+// Fenced implements scenarios.LockImpl.
+func (ReleaseWithoutOwnerCheck) Fenced() bool { return true }
+
+var mutantAcquire = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return redis.call('GET', KEYS[2])`)
+
+// TryAcquire implements scenarios.LockImpl.
+func (ReleaseWithoutOwnerCheck) TryAcquire(ctx context.Context, c redis.UniversalClient, key string, ttl time.Duration) (scenarios.Held, error) {
+	lease, fence := "{"+key+"}:lease", "{"+key+"}:fence"
+	owner := strconv.FormatInt(time.Now().UnixNano(), 36)
+	v, err := mutantAcquire.Run(ctx, c, []string{lease, fence}, owner, ttl.Milliseconds()).Result()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", scenarios.ErrUncertain, err)
+	}
+	s, ok := v.(string)
+	if !ok {
+		return nil, scenarios.ErrContended
+	}
+	tok, _ := strconv.ParseInt(s, 10, 64)
+	return &blindHeld{c: c, lease: lease, owner: owner, token: tok}, nil
+}
+
+type blindHeld struct {
+	c            redis.UniversalClient
+	lease, owner string
+	token        int64
+}
+
+func (h *blindHeld) Token() int64  { return h.token }
+func (h *blindHeld) Owner() string { return h.owner }
+func (h *blindHeld) Release(ctx context.Context) (string, error) {
+	// The bug: no owner check.
+	if err := h.c.Del(ctx, h.lease).Err(); err != nil {
+		return "", err
+	}
+	return history.ValueReleased, nil
+}
+
+// ResourceIgnoresTokens is prim's lock in front of a resource that accepts every
+// write whatever its token: fencing that is not enforced.
+type ResourceIgnoresTokens struct{}
+
+// Name implements scenarios.LockImpl.
+func (ResourceIgnoresTokens) Name() string { return "mutant-resource-ignores-tokens" }
+
+// Fenced implements scenarios.LockImpl.
+func (ResourceIgnoresTokens) Fenced() bool { return true }
+
+// ResourceFencing makes the scenario's resource accept every write.
+func (ResourceIgnoresTokens) ResourceFencing() bool { return false }
+
+// TryAcquire implements scenarios.LockImpl.
+func (ResourceIgnoresTokens) TryAcquire(ctx context.Context, c redis.UniversalClient, key string, ttl time.Duration) (scenarios.Held, error) {
+	p, _ := scenarios.NewImpl("prim")
+	return p.TryAcquire(ctx, c, key, ttl)
+}
+
+// ---- semaphore -------------------------------------------------------------
+
+// Semaphore is a counting semaphore in a sorted set (owner → expiry in server
+// ms). Atomic prunes, counts and adds in one script; the mutant does the three
+// steps as separate commands, so concurrent acquirers all see room.
+type Semaphore struct {
+	C        redis.UniversalClient
+	Key      string
+	Capacity int64
+	Atomic   bool
+}
+
+var semAcquire = redis.NewScript(`
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then return 0 end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[2])
+return 1`)
+
+// TryAcquire takes one permit for owner for ttl.
+func (s *Semaphore) TryAcquire(ctx context.Context, owner string, ttl time.Duration) (bool, error) {
+	if s.Atomic {
+		n, err := semAcquire.Run(ctx, s.C, []string{s.Key}, s.Capacity, owner, ttl.Milliseconds()).Int64()
+		return n == 1, err
+	}
+	t, err := s.C.Time(ctx).Result()
+	if err != nil {
+		return false, err
+	}
+	now := t.UnixMilli()
+	if err := s.C.ZRemRangeByScore(ctx, s.Key, "-inf", strconv.FormatInt(now, 10)).Err(); err != nil {
+		return false, err
+	}
+	n, err := s.C.ZCard(ctx, s.Key).Result()
+	if err != nil || n >= s.Capacity {
+		return false, err
+	}
+	time.Sleep(time.Millisecond) // the window the bug lives in, widened a little
+	return true, s.C.ZAdd(ctx, s.Key, redis.Z{Score: float64(now + ttl.Milliseconds()), Member: owner}).Err()
+}
+
+// Release returns owner's permit.
+func (s *Semaphore) Release(ctx context.Context, owner string) error {
+	return s.C.ZRem(ctx, s.Key, owner).Err()
+}
+
+// ---- latch -----------------------------------------------------------------
+
+// Latch is a countdown latch in one key; the mutant counts down by two.
+type Latch struct {
+	C     redis.UniversalClient
+	Key   string
+	Twice bool
+}
+
+// Create sets the count (generation 1).
+func (l *Latch) Create(ctx context.Context, count int64) error {
+	return l.C.Set(ctx, l.Key, count, 0).Err()
+}
+
+var latchDown = redis.NewScript(`
+local v = tonumber(redis.call('GET', KEYS[1]) or '-1')
+if v <= 0 then return redis.error_reply('latch already complete') end
+return redis.call('DECRBY', KEYS[1], ARGV[1])`)
+
+// CountDown signals once and returns the remaining count.
+func (l *Latch) CountDown(ctx context.Context) (int64, error) {
+	by := 1
+	if l.Twice {
+		by = 2
+	}
+	return latchDown.Run(ctx, l.C, []string{l.Key}, by).Int64()
+}
+
+// Done reports whether the count reached zero (or below).
+func (l *Latch) Done(ctx context.Context) (bool, error) {
+	v, err := l.C.Get(ctx, l.Key).Int64()
+	return err == nil && v <= 0, err
+}
+
+// ---- fixed-window limiter ---------------------------------------------------
+
+// Limiter is a fixed-window limiter. The correct one takes the window from the
+// server's clock inside the script; the mutant from the caller's clock, which
+// ClockOffset skews per client.
+type Limiter struct {
+	C           redis.UniversalClient
+	Key         string
+	Limit       int64
+	Window      time.Duration
+	ClientTime  bool
+	ClockOffset time.Duration
+}
+
+// One key holds "window:count"; the window number comes from ARGV[3] (the
+// mutant's client clock) or, when empty, from the server's TIME.
+var fixedWindow = redis.NewScript(`
+local limit, w, wid = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+if wid == '' then
+  local t = redis.call('TIME')
+  wid = tostring(math.floor((t[1] * 1000 + math.floor(t[2] / 1000)) / w))
+end
+local cur = redis.call('GET', KEYS[1])
+local n = 0
+if cur then
+  local id, c = string.match(cur, '^(%d+):(%d+)$')
+  if id == wid then n = tonumber(c) end
+end
+if n >= limit then return 0 end
+redis.call('SET', KEYS[1], wid .. ':' .. (n + 1), 'PX', 2 * w)
+return 1`)
+
+// Allow asks for one permit.
+func (l *Limiter) Allow(ctx context.Context) (bool, error) {
+	id := ""
+	if l.ClientTime {
+		id = strconv.FormatInt(time.Now().Add(l.ClockOffset).UnixMilli()/l.Window.Milliseconds(), 10)
+	}
+	n, err := fixedWindow.Run(ctx, l.C, []string{l.Key}, l.Limit, l.Window.Milliseconds(), id).Int64()
+	return n == 1, err
+}

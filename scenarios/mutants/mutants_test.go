@@ -1,0 +1,206 @@
+package mutants_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordtorture/coordtorture/history"
+	"github.com/coordtorture/coordtorture/models"
+	"github.com/coordtorture/coordtorture/scenarios"
+	"github.com/coordtorture/coordtorture/scenarios/mutants"
+	"github.com/coordtorture/coordtorture/testbed"
+)
+
+func build() string {
+	if m := testbed.Matrix(); len(m) == 1 {
+		return m[0]
+	}
+	return testbed.DefaultBuild
+}
+
+func check(t *testing.T, rec *history.Recorder, checker string) models.Result {
+	t.Helper()
+	c, ok := models.Lookup(checker)
+	if !ok {
+		t.Fatalf("no checker %s", checker)
+	}
+	r := c.Check(rec.History(), models.Options{})
+	t.Logf("%s", r.String())
+	return r
+}
+
+// expect requires the checker to pass the correct implementation and flag the mutant.
+func expect(t *testing.T, correct bool, r models.Result) {
+	t.Helper()
+	if correct && r.Verdict != models.Pass {
+		t.Fatalf("the correct implementation was flagged: %s", r.String())
+	}
+	if !correct && r.Verdict != models.Fail {
+		t.Fatalf("the mutant was not flagged: %s", r.String())
+	}
+}
+
+func TestLockMutants(t *testing.T) {
+	for _, tc := range []struct {
+		impl, checker string
+		correct       bool
+	}{
+		{"prim", "exclusion", true},
+		{"prim", "fenced-resource", true},
+		{"mutant-release-without-owner-check", "exclusion", false},
+		{"mutant-resource-ignores-tokens", "fenced-resource", false},
+	} {
+		t.Run(tc.impl+"/"+tc.checker, func(t *testing.T) {
+			ss, err := scenarios.Match([]string{"fenced-lock/pause-client"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			out, err := scenarios.Run(ctx, ss[0], scenarios.Config{Build: build(), Duration: 4 * time.Second, Seed: 5, Impl: tc.impl, TTL: 200 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range out.Results {
+				if p.Checker == tc.checker {
+					t.Logf("%s", p.Result.String())
+					expect(t, tc.correct, p.Result)
+					return
+				}
+			}
+			t.Fatalf("checker %s did not run", tc.checker)
+		})
+	}
+}
+
+func client(t *testing.T) (redis.UniversalClient, *testbed.Topology) {
+	topo := testbed.Standalone(t, build())
+	c, err := topo.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, topo
+}
+
+func TestSemaphoreMutant(t *testing.T) {
+	for _, atomic := range []bool{true, false} {
+		t.Run(fmt.Sprintf("atomic=%v", atomic), func(t *testing.T) {
+			c, _ := client(t)
+			ctx := context.Background()
+			sem := &mutants.Semaphore{C: c, Key: "sem", Capacity: 2, Atomic: atomic}
+			rec := history.NewRecorder(time.Now())
+			var wg sync.WaitGroup
+			for p := 0; p < 8; p++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; i < 40; i++ {
+						owner := fmt.Sprintf("p%d-%d", p, i)
+						rec.Invoke(p, history.Op{F: history.FSemAcquire, Key: "sem", N: 1, Capacity: 2, TTLMs: 5000})
+						ok, err := sem.TryAcquire(ctx, owner, 5*time.Second)
+						switch {
+						case err != nil:
+							rec.Info(p, history.Op{Err: err.Error()})
+							continue
+						case !ok:
+							rec.Fail(p, history.Op{})
+							continue
+						}
+						rec.OK(p, history.Op{Owner: owner})
+						time.Sleep(3 * time.Millisecond)
+						rec.Invoke(p, history.Op{F: history.FRelease, Key: "sem", Owner: owner})
+						if err := sem.Release(ctx, owner); err != nil {
+							rec.Info(p, history.Op{Err: err.Error()})
+						} else {
+							rec.OK(p, history.Op{Value: history.ValueReleased})
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			expect(t, atomic, check(t, rec, "semaphore"))
+		})
+	}
+}
+
+func TestLatchMutant(t *testing.T) {
+	for _, twice := range []bool{false, true} {
+		t.Run(fmt.Sprintf("twice=%v", twice), func(t *testing.T) {
+			c, _ := client(t)
+			ctx := context.Background()
+			l := &mutants.Latch{C: c, Key: "latch", Twice: twice}
+			rec := history.NewRecorder(time.Now())
+			rec.Invoke(0, history.Op{F: history.FLatchCreate, Key: "latch", Count: 4})
+			if err := l.Create(ctx, 4); err != nil {
+				t.Fatal(err)
+			}
+			rec.OK(0, history.Op{Gen: 1})
+			done := make(chan struct{})
+			go func() { // the waiter
+				defer close(done)
+				rec.Invoke(9, history.Op{F: history.FLatchWait, Key: "latch", Gen: 1})
+				for {
+					if ok, _ := l.Done(ctx); ok {
+						rec.OK(9, history.Op{Value: "true"})
+						return
+					}
+					time.Sleep(2 * time.Millisecond)
+				}
+			}()
+			for p := 1; p <= 4; p++ {
+				time.Sleep(20 * time.Millisecond)
+				rec.Invoke(p, history.Op{F: history.FLatchCountDown, Key: "latch", Gen: 1})
+				n, err := l.CountDown(ctx)
+				if err != nil {
+					rec.Fail(p, history.Op{Err: err.Error()})
+				} else {
+					rec.OK(p, history.Op{Count: n})
+				}
+			}
+			<-done
+			expect(t, !twice, check(t, rec, "latch"))
+		})
+	}
+}
+
+func TestLimiterMutant(t *testing.T) {
+	for _, clientTime := range []bool{false, true} {
+		t.Run(fmt.Sprintf("client-time=%v", clientTime), func(t *testing.T) {
+			c, _ := client(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			rec := history.NewRecorder(time.Now())
+			const limit, window = 5, time.Second
+			var wg sync.WaitGroup
+			for p := 0; p < 4; p++ {
+				// Four clients whose clocks are a quarter window apart.
+				l := &mutants.Limiter{C: c, Key: "limit", Limit: limit, Window: window, ClientTime: clientTime,
+					ClockOffset: time.Duration(p) * window / 4}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for ctx.Err() == nil {
+						rec.Invoke(p, history.Op{F: history.FAllow, Key: "limit", N: 1, Algo: "fixed", Limit: limit, WindowMs: window.Milliseconds()})
+						ok, err := l.Allow(ctx)
+						switch {
+						case err != nil:
+							rec.Info(p, history.Op{Err: err.Error()})
+						case ok:
+							rec.OK(p, history.Op{})
+						default:
+							rec.Fail(p, history.Op{})
+						}
+						time.Sleep(5 * time.Millisecond)
+					}
+				}()
+			}
+			wg.Wait()
+			expect(t, !clientTime, check(t, rec, "rate-limit"))
+		})
+	}
+}
