@@ -230,3 +230,81 @@ func init() {
 		Impls:      []string{"prim", "redislock"},
 	})
 }
+
+func init() {
+	shortStall := func(ttl time.Duration) time.Duration { return ttl / 10 }
+	drift := models.Options{Drift: 20 * time.Millisecond}
+	impls := []string{"prim", "redislock"}
+	Register(&Scenario{
+		Name:    "fenced-lock/partition-primary",
+		Summary: "the server is cut off from every client (silently) and healed; outcomes become uncertain. Everything must hold.",
+		Topo:    Topology{Kind: testbed.KindStandalone}, Workload: lockWorkload(0.1, shortStall),
+		Nemesis: func(r *rand.Rand, d time.Duration) []Event {
+			return every(r, d, 2*time.Second, 700*time.Millisecond, "isolate the server",
+				func(_ context.Context, e *Env, _ *rand.Rand) error { return e.Topo.Isolate("n1") }, healAll)
+		},
+		Properties: props(), Check: drift, Impls: impls,
+	})
+	Register(&Scenario{
+		Name: "fenced-lock/failover-sentinel",
+		Summary: "the sentinels fail over while replication is healthy; the last increments may or may not have " +
+			"replicated. May show hazard on token order and exclusion; the resource must hold.",
+		Topo: Topology{Kind: testbed.KindReplicated, Replicas: 1, Sentinels: 3}, Workload: lockWorkload(0.1, shortStall),
+		Nemesis: func(r *rand.Rand, d time.Duration) []Event {
+			return []Event{{At: d / 3, Name: "SENTINEL FAILOVER", Do: func(ctx context.Context, e *Env) error {
+				_, err := e.Topo.FailoverSentinel(ctx)
+				return err
+			}}}
+		},
+		Properties: props("token-order", "exclusion"), Check: drift, Impls: impls,
+	})
+	Register(&Scenario{
+		Name: "fenced-lock/clock-skew",
+		Summary: "the server restarts (with AOF) with its wall clock 4 leases ahead: every live lease expires at " +
+			"once while its holder still counts on it. HAZARD expected on exclusion; tokens and the resource must hold.",
+		// Holders keep the lock for half a lease, so one is mid-lease when the clock jumps.
+		Topo: Topology{Kind: testbed.KindStandalone, AOF: true}, Workload: lockWorkload(0.9, func(ttl time.Duration) time.Duration { return ttl / 2 }),
+		Nemesis: func(r *rand.Rand, d time.Duration) []Event {
+			restart := func(off func(*Env) time.Duration) func(context.Context, *Env) error {
+				return func(ctx context.Context, e *Env) error {
+					sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
+					defer cancel()
+					return e.Topo.SetClockOffset(sctx, "n1", off(e))
+				}
+			}
+			return []Event{
+				{At: d / 3, Name: "restart the server 4 leases ahead", Do: restart(func(e *Env) time.Duration { return 4 * e.TTL })},
+				{At: 2 * d / 3, Name: "restart the server on true time", Do: restart(func(*Env) time.Duration { return 0 })},
+			}
+		},
+		Properties: props("exclusion"), Check: drift, Impls: impls,
+	})
+	Register(&Scenario{
+		Name: "fenced-lock/eviction",
+		Summary: "the server runs allkeys-lru with little memory and filler data arrives: the counter itself can be " +
+			"evicted and restart from zero. May show hazard on token order and exclusion; the resource must hold.",
+		Topo: Topology{Kind: testbed.KindStandalone}, Workload: lockWorkload(0.1, shortStall),
+		Nemesis: func(r *rand.Rand, d time.Duration) []Event {
+			return []Event{
+				{At: d / 4, Name: "maxmemory 4mb, allkeys-lru", Do: func(ctx context.Context, e *Env) error {
+					return e.Topo.EvictionPressure(ctx, "n1", "4mb", "allkeys-lru")
+				}},
+				{At: d / 3, Name: "fill memory", Do: func(ctx context.Context, e *Env) error {
+					a := e.Topo.Node("n1").Admin()
+					val := make([]byte, 4096)
+					for round := 0; round < 4; round++ {
+						p := a.Pipeline()
+						for i := 0; i < 1000; i++ {
+							p.Set(ctx, fmt.Sprintf("filler:%d:%d", round, i), val, 0)
+						}
+						if _, err := p.Exec(ctx); err != nil {
+							return err
+						}
+					}
+					return nil
+				}},
+			}
+		},
+		Properties: props("token-order", "exclusion"), Check: drift, Impls: impls,
+	})
+}
