@@ -4,7 +4,20 @@
 package main
 
 import (
+	"context"
 	"os"
+
+	"github.com/redis/go-redis/v9"
 )
 
-func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+// quiet drops go-redis's own log lines (sentinel master switches, reconnects):
+// during a torture run they are expected by the thousand, and the history and
+// the report say what happened.
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
+func main() {
+	redis.SetLogger(quiet{})
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
