@@ -5,42 +5,39 @@
 -- Reply: {1, token as decimal string} acquired
 --        {0, lease PTTL in ms}          contended; nothing written
 --        {-1, reason}                   the counter is unusable; nothing written
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  return {0, redis.call('PTTL', KEYS[1])}
+local held = redis.call('PTTL', KEYS[1])
+if held ~= -2 then
+  return {0, held}
 end
-local c = redis.pcall('GET', KEYS[2])
-local token
-if c == false then
-  token = '1'
-else
+local cttl = redis.call('PTTL', KEYS[2])
+if cttl >= 0 then
+  return {-1, 'expiring'}
+end
+local c = false
+if cttl == -1 then
+  c = redis.pcall('GET', KEYS[2])
   if type(c) ~= 'string' then
-    return {-1, 'counter key holds a ' .. redis.call('TYPE', KEYS[2]).ok .. ', not a decimal integer'}
-  end
-  if redis.call('PTTL', KEYS[2]) ~= -1 then
-    return {-1, 'expiring'}
-  end
-  if string.match(c, '^%-%d+$') then
-    return {-1, 'negative'}
-  end
-  local n = string.len(c)
-  if n == 0 or not string.match(c, '^%d+$') or (n > 1 and string.byte(c, 1) == 48) then
     return {-1, 'malformed'}
   end
-  if n > 19 or (n == 19 and c >= '9223372036854775807') then
-    return {-1, 'overflow'}
-  end
-  -- Decimal increment on the string: Lua numbers are doubles and would round
-  -- integers above 2^53, so the counter never passes through a Lua number.
-  local i = n
-  while i > 0 and string.byte(c, i) == 57 do
-    i = i - 1
-  end
-  if i == 0 then
-    token = '1' .. string.rep('0', n)
-  else
-    token = string.sub(c, 1, i - 1) .. string.char(string.byte(c, i) + 1) .. string.rep('0', n - i)
+  if string.byte(c, 1) == 45 then
+    return {-1, 'negative'}
   end
 end
-redis.call('SET', KEYS[2], token)
+-- INCR itself refuses anything that is not a canonical decimal int64 (leading
+-- zeros, signs, spaces, fractions) and an increment past MaxInt64, without
+-- writing; its error says which.
+local t = redis.pcall('INCR', KEYS[2])
+if type(t) == 'table' then
+  -- 'would overflow' past MaxInt64; 'out of range' for longer digit strings
+  if string.find(t.err, 'overflow') or (c and string.match(c, '^[1-9]%d*$')) then
+    return {-1, 'overflow'}
+  end
+  return {-1, 'malformed'}
+end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return {1, token}
+-- Lua numbers are doubles: below 2^53 the reply is exact, above it the new
+-- value is read back as the server's own decimal text.
+if t < 9007199254740992 then
+  return {1, string.format('%d', t)}
+end
+return {1, redis.call('GET', KEYS[2])}
