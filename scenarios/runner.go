@@ -204,6 +204,7 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 		}()
 	}
 	wg.Wait()
+	env.closeCoordinators()
 	// Leave the topology whole again (the nemesis may have been cut short).
 	_ = topo.HealAll()
 	for _, n := range append(topo.Nodes(), topo.Sentinels()...) {

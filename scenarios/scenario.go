@@ -107,6 +107,7 @@ type Env struct {
 
 	rands   []*rand.Rand
 	virtual atomic.Int64 // acquisition numbers for unfenced implementations
+	coords  coordinators
 }
 
 // Rand is the process's own seeded random source.

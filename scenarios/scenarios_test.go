@@ -84,6 +84,26 @@ func TestFencedLockScenarios(t *testing.T) {
 	}
 }
 
+// TestWaitingLockScenarios runs the waiting-lock family briefly: everything,
+// liveness included, must hold.
+func TestWaitingLockScenarios(t *testing.T) {
+	ss, _ := scenarios.Match([]string{"waiting-lock"})
+	if len(ss) < 2 {
+		t.Fatalf("waiting-lock family has %d scenarios", len(ss))
+	}
+	for _, s := range ss {
+		t.Run(s.Name, func(t *testing.T) {
+			out := run(t, s.Name, "prim", 1)
+			if out.Verdict != scenarios.Pass {
+				t.Fatalf("%s: %s", s.Name, out.Verdict)
+			}
+			if verdictOf(out, "liveness") != scenarios.Pass {
+				t.Fatal("liveness not checked")
+			}
+		})
+	}
+}
+
 // TestUnfencedPeerIsCaught runs the pause-client scenario on redislock, whose
 // resource cannot refuse stale writers: the oracle must report stale writes.
 func TestUnfencedPeerIsCaught(t *testing.T) {

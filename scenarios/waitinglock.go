@@ -1,0 +1,152 @@
+package scenarios
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coordtorture/coordtorture/history"
+	"github.com/coordtorture/coordtorture/models"
+	"github.com/coordtorture/coordtorture/prim"
+	"github.com/coordtorture/coordtorture/testbed"
+)
+
+// The waiting-lock family: clients wait for the lock with prim's
+// invalidation-driven AcquireFencedLock, hold it briefly, write with its token
+// and release. Liveness (a free lock is taken within the wake bound, or by the
+// lease's expiry when notifications were lost) joins the lock properties.
+
+// coordinators keeps one prim.Coordinator per client for the run, so each
+// client's waiters share one invalidation watcher, as a service's would.
+type coordinators struct {
+	mu sync.Mutex
+	m  map[int]*prim.Coordinator
+}
+
+func (e *Env) coordinator(proc int) *prim.Coordinator {
+	e.coords.mu.Lock()
+	defer e.coords.mu.Unlock()
+	if e.coords.m == nil {
+		e.coords.m = map[int]*prim.Coordinator{}
+	}
+	c := e.coords.m[proc]
+	if c == nil {
+		c = prim.New(e.Clients[proc])
+		e.coords.m[proc] = c
+	}
+	return c
+}
+
+func (e *Env) closeCoordinators() {
+	e.coords.mu.Lock()
+	defer e.coords.mu.Unlock()
+	for _, c := range e.coords.m {
+		c.Close()
+	}
+}
+
+func waitingWorkload(ctx context.Context, env *Env, proc int) {
+	r := env.Rand(proc)
+	co := env.coordinator(proc)
+	rec := env.Rec
+	lease, fence := "{"+lockKey+"}:lease", "{"+lockKey+"}:fence"
+	for ctx.Err() == nil {
+		if _, err := rec.Invoke(proc, history.Op{F: history.FAcquireWait, Key: lockKey, TTLMs: env.TTL.Milliseconds()}); err != nil {
+			return
+		}
+		actx, cancel := context.WithTimeout(ctx, 10*env.TTL)
+		l, err := co.AcquireFencedLock(actx, lease, fence, env.TTL)
+		cancel()
+		switch {
+		case err == nil:
+			rec.OK(proc, history.Op{Token: l.FencingToken(), Owner: l.OwnerToken(), TTLMs: env.TTL.Milliseconds()})
+		case errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, prim.ErrUncertain):
+			// The wait ended before the script was sent: nothing happened.
+			rec.Fail(proc, history.Op{Err: err.Error()})
+			continue
+		default:
+			rec.Info(proc, history.Op{Err: err.Error()})
+			sleep(ctx, 10*time.Millisecond)
+			continue
+		}
+		sleep(ctx, time.Duration(2+r.IntN(10))*time.Millisecond)
+		rec.Invoke(proc, history.Op{F: history.FWrite, Key: "resource", Token: l.FencingToken(), Value: fmt.Sprintf("p%d", proc)})
+		if ok, seq := env.Resource.Write(l.FencingToken()); ok {
+			rec.OK(proc, history.Op{Seq: seq})
+		} else {
+			rec.Fail(proc, history.Op{Seq: seq, Err: "stale token"})
+		}
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		rec.Invoke(proc, history.Op{F: history.FRelease, Key: lockKey, Owner: l.OwnerToken(), Token: l.FencingToken()})
+		res, err := l.Release(rctx)
+		rcancel()
+		if err != nil {
+			rec.Info(proc, history.Op{Err: err.Error()})
+			continue
+		}
+		v := history.ValueReleased
+		switch res {
+		case prim.NotOwned:
+			v = history.ValueNotOwned
+		case prim.AlreadyReleased:
+			v = history.ValueAlreadyReleased
+		}
+		rec.OK(proc, history.Op{Value: v})
+	}
+}
+
+// killWatchers kills every tracking and invalidation connection on the server:
+// notifications in flight are lost, waiters must recover.
+func killWatchers(ctx context.Context, e *Env) error {
+	for _, n := range e.Topo.Nodes() {
+		list, err := n.Admin().ClientList(ctx).Result()
+		if err != nil {
+			return err
+		}
+		for _, line := range strings.Split(list, "\n") {
+			if strings.Contains(line, "flags=t") || strings.Contains(line, " sub=1 ") {
+				id := strings.TrimPrefix(strings.Fields(line)[0], "id=")
+				n.Admin().Do(ctx, "CLIENT", "KILL", "ID", id)
+			}
+		}
+	}
+	return nil
+}
+
+func init() {
+	props := []Property{{Checker: "fenced-resource"}, {Checker: "token-order"}, {Checker: "exclusion"}, {Checker: "liveness"}}
+	Register(&Scenario{
+		Name:       "waiting-lock/handoff",
+		Summary:    "clients wait on invalidations for the lock and hand it on; no faults. Everything, liveness included, must hold.",
+		Topo:       Topology{Kind: testbed.KindStandalone},
+		Workload:   waitingWorkload,
+		Properties: props,
+		Check:      models.Options{Drift: 20 * time.Millisecond, WakeBound: 500 * time.Millisecond},
+		Impls:      []string{"prim"},
+	})
+	Register(&Scenario{
+		Name: "waiting-lock/lost-notifications",
+		Summary: "the server's tracking and invalidation connections are killed and the clients' links cut now and then; " +
+			"waiters must still take a free lock, by the lease's expiry at the latest. Everything must hold.",
+		Topo:     Topology{Kind: testbed.KindStandalone},
+		Workload: waitingWorkload,
+		Nemesis: func(r *rand.Rand, d time.Duration) []Event {
+			var evs []Event
+			for at := 700 * time.Millisecond; at < d; at += time.Second + time.Duration(r.Int64N(int64(time.Second))) {
+				evs = append(evs, Event{At: at, Name: "kill tracking connections", Do: killWatchers})
+			}
+			evs = append(evs, every(r, d, 2500*time.Millisecond, 400*time.Millisecond, "partition a client",
+				func(_ context.Context, e *Env, r *rand.Rand) error {
+					return e.Topo.Partition(Peer(r.IntN(len(e.Clients))), "n1")
+				}, healAll)...)
+			return evs
+		},
+		Properties: props,
+		Check:      models.Options{Drift: 20 * time.Millisecond, WakeBound: time.Second, LostNotifications: true},
+		Impls:      []string{"prim"},
+	})
+}
