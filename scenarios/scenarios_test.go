@@ -104,6 +104,23 @@ func TestWaitingLockScenarios(t *testing.T) {
 	}
 }
 
+// TestHashLeaseScenarios: exclusion per field must hold (on a build with
+// hash-field expiry; the default build has it).
+func TestHashLeaseScenarios(t *testing.T) {
+	ss, _ := scenarios.Match([]string{"hash-lease"})
+	for _, s := range ss {
+		t.Run(s.Name, func(t *testing.T) {
+			out := run(t, s.Name, "prim", 1)
+			if out.Verdict != scenarios.Pass {
+				t.Fatalf("%s: %s", s.Name, out.Verdict)
+			}
+			if out.Ops < 50 {
+				t.Fatalf("only %d operations", out.Ops)
+			}
+		})
+	}
+}
+
 // TestUnfencedPeerIsCaught runs the pause-client scenario on redislock, whose
 // resource cannot refuse stale writers: the oracle must report stale writes.
 func TestUnfencedPeerIsCaught(t *testing.T) {
