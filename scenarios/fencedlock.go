@@ -52,21 +52,8 @@ func lockWorkload(stall float64, stallFor func(ttl time.Duration) time.Duration)
 			if r.Float64() < stall {
 				sleep(ctx, stallFor(env.TTL)) // the process stops between check and write
 			}
-			rec.Invoke(proc, history.Op{F: history.FWrite, Key: "resource", Token: tok, Value: fmt.Sprintf("p%d", proc)})
-			if ok, seq := env.Resource.Write(tok); ok {
-				rec.OK(proc, history.Op{Seq: seq})
-			} else {
-				rec.Fail(proc, history.Op{Seq: seq, Err: "stale token"})
-			}
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-			rec.Invoke(proc, history.Op{F: history.FRelease, Key: lockKey, Owner: held.Owner(), Token: held.Token()})
-			v, err := held.Release(rctx)
-			cancel()
-			if err != nil {
-				rec.Info(proc, history.Op{Err: err.Error()})
-			} else {
-				rec.OK(proc, history.Op{Value: v})
-			}
+			env.write(proc, tok)
+			env.release(ctx, proc, history.Op{Key: lockKey, Owner: held.Owner(), Token: held.Token()}, held.Release)
 			sleep(ctx, time.Duration(r.IntN(3))*time.Millisecond)
 		}
 	}

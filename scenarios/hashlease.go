@@ -56,22 +56,8 @@ func leaseWorkload(ctx context.Context, env *Env, proc int) {
 			rec.Fail(proc, history.Op{})
 		}
 		sleep(ctx, time.Duration(r.IntN(int(env.TTL/time.Millisecond/4)+1))*time.Millisecond)
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		rec.Invoke(proc, history.Op{F: history.FRelease, Key: leaseHash, Field: field, Owner: l.OwnerToken()})
-		res, err := l.Release(rctx)
-		cancel()
-		if err != nil {
-			rec.Info(proc, history.Op{Err: err.Error()})
-			continue
-		}
-		v := history.ValueReleased
-		switch res {
-		case prim.NotOwned:
-			v = history.ValueNotOwned
-		case prim.AlreadyReleased:
-			v = history.ValueAlreadyReleased
-		}
-		rec.OK(proc, history.Op{Value: v})
+		env.release(ctx, proc, history.Op{Key: leaseHash, Field: field, Owner: l.OwnerToken()},
+			func(ctx context.Context) (string, error) { return primRelease(ctx, l.Release) })
 	}
 }
 

@@ -78,10 +78,13 @@ func (primImpl) TryAcquire(ctx context.Context, c redis.UniversalClient, key str
 
 type primHeld struct{ l *prim.FencedLock }
 
-func (h primHeld) Token() int64  { return h.l.FencingToken() }
-func (h primHeld) Owner() string { return h.l.OwnerToken() }
-func (h primHeld) Release(ctx context.Context) (string, error) {
-	r, err := h.l.Release(ctx)
+func (h primHeld) Token() int64                                { return h.l.FencingToken() }
+func (h primHeld) Owner() string                               { return h.l.OwnerToken() }
+func (h primHeld) Release(ctx context.Context) (string, error) { return primRelease(ctx, h.l.Release) }
+
+// primRelease runs a prim release and names its result as histories do.
+func primRelease(ctx context.Context, release func(context.Context) (prim.ReleaseResult, error)) (string, error) {
+	r, err := release(ctx)
 	if err != nil {
 		return "", err
 	}

@@ -161,3 +161,30 @@ func Match(patterns []string) ([]*Scenario, error) {
 	}
 	return out, nil
 }
+
+// write records one write of proc to the protected resource with its token.
+func (e *Env) write(proc int, token int64) {
+	e.Rec.Invoke(proc, history.Op{F: history.FWrite, Key: "resource", Token: token, Value: fmt.Sprintf("p%d", proc)})
+	if ok, seq := e.Resource.Write(token); ok {
+		e.Rec.OK(proc, history.Op{Seq: seq})
+	} else {
+		e.Rec.Fail(proc, history.Op{Seq: seq, Err: "stale token"})
+	}
+}
+
+// release records a release (op carries key, field, owner, token) that
+// release performs within a second, whatever ctx, and reports whether it
+// completed.
+func (e *Env) release(ctx context.Context, proc int, op history.Op, release func(context.Context) (string, error)) bool {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	op.F = history.FRelease
+	e.Rec.Invoke(proc, op)
+	v, err := release(rctx)
+	if err != nil {
+		e.Rec.Info(proc, history.Op{Err: err.Error()})
+		return false
+	}
+	e.Rec.OK(proc, history.Op{Value: v})
+	return true
+}

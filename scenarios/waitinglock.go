@@ -3,7 +3,6 @@ package scenarios
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -74,28 +73,9 @@ func waitingWorkload(ctx context.Context, env *Env, proc int) {
 			continue
 		}
 		sleep(ctx, time.Duration(2+r.IntN(10))*time.Millisecond)
-		rec.Invoke(proc, history.Op{F: history.FWrite, Key: "resource", Token: l.FencingToken(), Value: fmt.Sprintf("p%d", proc)})
-		if ok, seq := env.Resource.Write(l.FencingToken()); ok {
-			rec.OK(proc, history.Op{Seq: seq})
-		} else {
-			rec.Fail(proc, history.Op{Seq: seq, Err: "stale token"})
-		}
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		rec.Invoke(proc, history.Op{F: history.FRelease, Key: lockKey, Owner: l.OwnerToken(), Token: l.FencingToken()})
-		res, err := l.Release(rctx)
-		rcancel()
-		if err != nil {
-			rec.Info(proc, history.Op{Err: err.Error()})
-			continue
-		}
-		v := history.ValueReleased
-		switch res {
-		case prim.NotOwned:
-			v = history.ValueNotOwned
-		case prim.AlreadyReleased:
-			v = history.ValueAlreadyReleased
-		}
-		rec.OK(proc, history.Op{Value: v})
+		env.write(proc, l.FencingToken())
+		env.release(ctx, proc, history.Op{Key: lockKey, Owner: l.OwnerToken(), Token: l.FencingToken()},
+			func(ctx context.Context) (string, error) { return primRelease(ctx, l.Release) })
 	}
 }
 
