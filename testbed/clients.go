@@ -37,8 +37,8 @@ func WithOptions(f func(*redis.UniversalOptions)) ClientOption {
 
 // peerIP registers a client peer and returns its source address.
 func (t *Topology) peerIP(name string) string {
-	if name == "" || name == ClientPeer {
-		return "127.0.0.1"
+	if name == "" {
+		name = ClientPeer
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -55,7 +55,11 @@ func (t *Topology) peerIP(name string) string {
 func (t *Topology) ClientPeers() []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return append([]string{ClientPeer}, sortedKeys(t.peers)...)
+	peers := sortedKeys(t.peers)
+	if _, ok := t.peers[ClientPeer]; !ok {
+		peers = append([]string{ClientPeer}, peers...)
+	}
+	return peers
 }
 
 func (t *Topology) universalOptions(opts []ClientOption) (*redis.UniversalOptions, *clientConfig) {

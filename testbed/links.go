@@ -49,7 +49,7 @@ func newSwitchboard(logf func(string, ...any)) *switchboard {
 	quietToxiproxy.Do(func() { zlog.Logger = zerolog.Nop() })
 	return &switchboard{
 		srv:       toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop()),
-		peers:     map[string]string{"127.0.0.1": ClientPeer},
+		peers:     map[string]string{},
 		endpoints: map[string]*endpoint{},
 		links:     map[string]*Link{},
 		cut:       map[[2]string]bool{},
@@ -57,8 +57,10 @@ func newSwitchboard(logf func(string, ...any)) *switchboard {
 	}
 }
 
-// ClientPeer is the peer name of connections from 127.0.0.1: the test process's
-// default clients.
+// ClientPeer is the peer name of the test process's default clients. It dials
+// from a loopback address of its own, like every peer: a connection from any
+// address the switchboard does not know (127.0.0.1 included) is refused, so
+// nothing can slip past a partition by arriving from an unexpected address.
 const ClientPeer = "client"
 
 func (s *switchboard) addPeer(name, ip string) {
