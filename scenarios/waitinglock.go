@@ -129,4 +129,22 @@ func init() {
 		Check:      models.Options{Drift: 20 * time.Millisecond, WakeBound: time.Second, LostNotifications: true},
 		Impls:      []string{"prim"},
 	})
+	Register(&Scenario{
+		Name: "waiting-lock/failover",
+		Summary: "waiters sleep on invalidations from the primary while the sentinels fail over; the old primary drops its " +
+			"connections, the watchers follow the new one. Liveness and the resource must hold; token order and " +
+			"exclusion may show the asynchronous-failover hazard.",
+		Topo:     Topology{Kind: testbed.KindReplicated, Replicas: 1, Sentinels: 3},
+		Workload: waitingWorkload,
+		Nemesis: func(r *rand.Rand, d time.Duration) []Event {
+			return []Event{{At: d / 3, Name: "SENTINEL FAILOVER", Do: func(ctx context.Context, e *Env) error {
+				_, err := e.Topo.FailoverSentinel(ctx)
+				return err
+			}}}
+		},
+		Properties: []Property{{Checker: "fenced-resource"}, {Checker: "token-order", Expect: MayHazard},
+			{Checker: "exclusion", Expect: MayHazard}, {Checker: "liveness"}},
+		Check: models.Options{Drift: 20 * time.Millisecond, WakeBound: 2 * time.Second, LostNotifications: true},
+		Impls: []string{"prim"},
+	})
 }
