@@ -100,6 +100,23 @@ func every(r *rand.Rand, d, gap, hold time.Duration, name string, f, undo func(c
 
 func healAll(_ context.Context, e *Env, _ *rand.Rand) error { return e.Topo.HealAll() }
 
+// partitionClients cuts one random client off from n1 every gap (± gap/2) for
+// hold, then heals.
+func partitionClients(r *rand.Rand, d, gap, hold time.Duration) []Event {
+	return every(r, d, gap, hold, "partition a client",
+		func(_ context.Context, e *Env, r *rand.Rand) error {
+			return e.Topo.Partition(Peer(r.IntN(len(e.Clients))), "n1")
+		}, healAll)
+}
+
+// sentinelFailover asks the sentinels to fail over once, a third of the way in.
+func sentinelFailover(_ *rand.Rand, d time.Duration) []Event {
+	return []Event{{At: d / 3, Name: "SENTINEL FAILOVER", Do: func(ctx context.Context, e *Env) error {
+		_, err := e.Topo.FailoverSentinel(ctx)
+		return err
+	}}}
+}
+
 func init() {
 	noStall := func(time.Duration) time.Duration { return 0 }
 	shortStall := func(ttl time.Duration) time.Duration { return ttl / 10 }
@@ -126,10 +143,7 @@ func init() {
 		Summary: "one client at a time is cut off from the server (silently) and healed; outcomes become uncertain. Everything must hold.",
 		Topo:    standalone, Workload: lockWorkload(0.1, shortStall),
 		Nemesis: func(r *rand.Rand, d time.Duration) []Event {
-			return every(r, d, 1500*time.Millisecond, 700*time.Millisecond, "partition a client",
-				func(_ context.Context, e *Env, r *rand.Rand) error {
-					return e.Topo.Partition(Peer(r.IntN(len(e.Clients))), "n1")
-				}, healAll)
+			return partitionClients(r, d, 1500*time.Millisecond, 700*time.Millisecond)
 		},
 		Properties: props(), Check: drift, Impls: impls,
 	})
@@ -237,12 +251,7 @@ func init() {
 		Summary: "the sentinels fail over while replication is healthy; the last increments may or may not have " +
 			"replicated. May show hazard on token order and exclusion; the resource must hold.",
 		Topo: Topology{Kind: testbed.KindReplicated, Replicas: 1, Sentinels: 3}, Workload: lockWorkload(0.1, shortStall),
-		Nemesis: func(r *rand.Rand, d time.Duration) []Event {
-			return []Event{{At: d / 3, Name: "SENTINEL FAILOVER", Do: func(ctx context.Context, e *Env) error {
-				_, err := e.Topo.FailoverSentinel(ctx)
-				return err
-			}}}
-		},
+		Nemesis:    sentinelFailover,
 		Properties: props("token-order", "exclusion"), Check: drift, Impls: impls,
 	})
 	Register(&Scenario{

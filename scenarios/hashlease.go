@@ -78,10 +78,7 @@ func init() {
 		Topo:     Topology{Kind: testbed.KindStandalone},
 		Workload: leaseWorkload,
 		Nemesis: func(r *rand.Rand, d time.Duration) []Event {
-			return every(r, d, 1500*time.Millisecond, 500*time.Millisecond, "partition a client",
-				func(_ context.Context, e *Env, r *rand.Rand) error {
-					return e.Topo.Partition(Peer(r.IntN(len(e.Clients))), "n1")
-				}, healAll)
+			return partitionClients(r, d, 1500*time.Millisecond, 500*time.Millisecond)
 		},
 		Properties: props, Check: drift, Impls: []string{"prim"},
 	})

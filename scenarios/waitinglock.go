@@ -119,10 +119,7 @@ func init() {
 			for at := 700 * time.Millisecond; at < d; at += time.Second + time.Duration(r.Int64N(int64(time.Second))) {
 				evs = append(evs, Event{At: at, Name: "kill tracking connections", Do: killWatchers})
 			}
-			evs = append(evs, every(r, d, 2500*time.Millisecond, 400*time.Millisecond, "partition a client",
-				func(_ context.Context, e *Env, r *rand.Rand) error {
-					return e.Topo.Partition(Peer(r.IntN(len(e.Clients))), "n1")
-				}, healAll)...)
+			evs = append(evs, partitionClients(r, d, 2500*time.Millisecond, 400*time.Millisecond)...)
 			return evs
 		},
 		Properties: props,
@@ -136,12 +133,7 @@ func init() {
 			"exclusion may show the asynchronous-failover hazard.",
 		Topo:     Topology{Kind: testbed.KindReplicated, Replicas: 1, Sentinels: 3},
 		Workload: waitingWorkload,
-		Nemesis: func(r *rand.Rand, d time.Duration) []Event {
-			return []Event{{At: d / 3, Name: "SENTINEL FAILOVER", Do: func(ctx context.Context, e *Env) error {
-				_, err := e.Topo.FailoverSentinel(ctx)
-				return err
-			}}}
-		},
+		Nemesis:  sentinelFailover,
 		Properties: []Property{{Checker: "fenced-resource"}, {Checker: "token-order", Expect: MayHazard},
 			{Checker: "exclusion", Expect: MayHazard}, {Checker: "liveness"}},
 		Check: models.Options{Drift: 20 * time.Millisecond, WakeBound: 2 * time.Second, LostNotifications: true},
