@@ -19,7 +19,14 @@ import (
 //   - every correct write wrongly rejected: a fail write whose token is
 //     positive and at least every token accepted before it.
 //
-// Equal tokens are fine (one lease writes repeatedly). The apply order is the
+//   - every token reused by a different owner: two accepted writes with the
+//     same token whose writers name different owners (the write's owner
+//     field, when the history records it). One lease may write repeatedly
+//     with its token; a second owner with the same token means the counter
+//     regressed (failover, restore, eviction) and the resource, which accepts
+//     equal tokens, took a stale write it cannot tell apart.
+//
+// Equal tokens from one owner are fine. The apply order is the
 // seq field when every ok and fail write of the resource has one (the
 // resource numbers its decisions). Otherwise it is real time: a write is
 // after another only if it was invoked after the other completed, and only
@@ -50,6 +57,7 @@ func CheckFencedResource(h *history.History, o Options) Result {
 	seqKeys := 0
 	for _, key := range keys {
 		idx := byKey[key]
+		reusedTokens(h, key, idx, c)
 		if allSeq(h, idx) {
 			seqKeys++
 			fencedBySeq(h, key, idx, c)
@@ -63,9 +71,36 @@ func CheckFencedResource(h *history.History, o Options) Result {
 	} else if seqKeys > 0 {
 		order = fmt.Sprintf("seq order on %d, real-time order on %d", seqKeys, len(keys)-seqKeys)
 	}
-	r := c.result("fenced-resource", n, fmt.Sprintf("%d writes to %d resources (%s): no stale write accepted, no current write rejected", n, len(keys), order))
+	r := c.result("fenced-resource", n, fmt.Sprintf("%d writes to %d resources (%s): no stale write accepted, no current write rejected, no token reused by another owner", n, len(keys), order))
 	r.Elapsed = time.Since(start)
 	return r
+}
+
+// reusedTokens reports accepted writes that carry a token an earlier-accepted
+// write of another owner already carried. It does not depend on the apply
+// order: whichever of the two came second was stale.
+func reusedTokens(h *history.History, key string, idx []int, c *collector) {
+	first := map[int64]*history.Operation{}
+	var oks []int
+	for _, k := range idx {
+		if op := &h.Ops[k]; op.Type == history.OK && op.Owner != "" && op.Token > 0 {
+			oks = append(oks, k)
+		}
+	}
+	slices.SortStableFunc(oks, func(a, b int) int { return cmp.Compare(h.Ops[a].Return, h.Ops[b].Return) })
+	for _, k := range oks {
+		op := &h.Ops[k]
+		prev, seen := first[op.Token]
+		switch {
+		case !seen:
+			first[op.Token] = op
+		case prev.Owner != op.Owner && c.full():
+			c.skip()
+		case prev.Owner != op.Owner:
+			c.fail(key, fmt.Sprintf("token %d reused by another owner: accepted from owner %s (ok at %s) and from owner %s (ok at %s); the counter regressed and the resource cannot tell the writers apart",
+				op.Token, prev.Owner, fmtT(prev.Return), op.Owner, fmtT(op.Return)), prev, op)
+		}
+	}
 }
 
 func allSeq(h *history.History, idx []int) bool {

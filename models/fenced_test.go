@@ -6,6 +6,10 @@ import (
 	"github.com/coordtorture/coordtorture/history"
 )
 
+func ownedWrite(key string, token int64, owner string) history.Op {
+	return history.Op{F: history.FWrite, Key: key, Token: token, Owner: owner}
+}
+
 func seqWrite(key string, token, seq int64) history.Op {
 	return history.Op{F: history.FWrite, Key: key, Token: token, Seq: seq}
 }
@@ -28,6 +32,12 @@ func TestFencedResourcePass(t *testing.T) {
 			ok(1, 0, 100, seqWrite("r", 5, 2)).ok(2, 0, 100, seqWrite("r", 4, 1)).fail(3, 0, 100, seqWrite("r", 3, 3)).
 			ok(4, 0, 100, seqWrite("r", 5, 4)),
 		"resources are independent": new(builder).ok(1, 0, 10, write("a", 9)).ok(2, 20, 30, write("b", 1)),
+		"one owner repeats its token": new(builder).
+			ok(1, 0, 10, ownedWrite("r", 3, "A")).ok(1, 20, 30, ownedWrite("r", 3, "A")).ok(2, 40, 50, ownedWrite("r", 4, "B")),
+		"same token on two resources": new(builder).ok(1, 0, 10, ownedWrite("a", 3, "A")).ok(2, 20, 30, ownedWrite("b", 3, "B")),
+		// A rejected write with a reused token took no effect.
+		"reused token rejected": new(builder).ok(1, 0, 10, ownedWrite("r", 3, "A")).ok(1, 20, 30, ownedWrite("r", 4, "A")).
+			fail(2, 40, 50, ownedWrite("r", 3, "B")),
 	}
 	for name, b := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -52,6 +62,10 @@ func TestFencedResourceFail(t *testing.T) {
 		"seq: current rejected":    {new(builder).ok(1, 0, 100, seqWrite("r", 5, 1)).fail(2, 0, 100, seqWrite("r", 5, 2)), "rejected (seq 2)"},
 		"seq: first rejected":      {new(builder).fail(1, 0, 100, seqWrite("r", 5, 1)), "no token had been accepted"},
 		"boundary: after a return": {new(builder).ok(1, 0, 10, write("r", 5)).ok(2, 11, 30, write("r", 4)), "stale"},
+		"token reused by another owner": {new(builder).ok(1, 0, 10, ownedWrite("r", 5, "A")).ok(2, 20, 30, ownedWrite("r", 5, "B")),
+			"token 5 reused by another owner: accepted from owner A"},
+		"reuse found in seq order too": {new(builder).ok(1, 0, 100, history.Op{F: history.FWrite, Key: "r", Token: 5, Owner: "A", Seq: 1}).
+			ok(2, 0, 100, history.Op{F: history.FWrite, Key: "r", Token: 5, Owner: "B", Seq: 2}), "reused by another owner"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -35,7 +35,7 @@ func lockWorkload(stall float64, stallFor func(ttl time.Duration) time.Duration)
 				rec.OK(proc, history.Op{Token: held.Token(), Owner: held.Owner(), TTLMs: env.TTL.Milliseconds()})
 			case errors.Is(err, ErrContended):
 				rec.Fail(proc, history.Op{})
-				sleep(ctx, time.Duration(1+r.IntN(5))*time.Millisecond)
+				sleep(ctx, time.Duration(100+r.IntN(500))*time.Microsecond)
 				continue
 			default:
 				rec.Info(proc, history.Op{Err: err.Error()})
@@ -52,7 +52,7 @@ func lockWorkload(stall float64, stallFor func(ttl time.Duration) time.Duration)
 			if r.Float64() < stall {
 				sleep(ctx, stallFor(env.TTL)) // the process stops between check and write
 			}
-			env.write(proc, tok)
+			env.write(proc, tok, held.Owner())
 			env.release(ctx, proc, history.Op{Key: lockKey, Owner: held.Owner(), Token: held.Token()}, held.Release)
 			sleep(ctx, time.Duration(r.IntN(3))*time.Millisecond)
 		}
@@ -123,7 +123,7 @@ func init() {
 	longStall := func(ttl time.Duration) time.Duration { return ttl + ttl/2 }
 	standalone := Topology{Kind: testbed.KindStandalone}
 	drift := models.Options{Drift: 20 * time.Millisecond}
-	impls := []string{"prim", "redislock"}
+	impls := lockImpls()
 
 	Register(&Scenario{
 		Name:    "fenced-lock/baseline",
@@ -190,10 +190,11 @@ func init() {
 	Register(&Scenario{
 		Name: "fenced-lock/kill-restart-noaof",
 		Summary: "the server is killed -9 and restarted without persistence: the counter restarts from zero and live leases " +
-			"vanish. HAZARD expected on token order and exclusion; the resource must still refuse every regressed token.",
+			"vanish. HAZARD expected on token order and exclusion; the resource refuses regressed tokens below its last one, " +
+			"and the oracle reports each equal token it accepted from a second owner.",
 		Topo: standalone, Workload: lockWorkload(0.1, noStall),
 		Nemesis:    killRestart,
-		Properties: props("token-order", "exclusion"), Check: drift, Impls: impls,
+		Properties: props("token-order", "exclusion", "fenced-resource"), Check: drift, Impls: impls,
 	})
 }
 
@@ -212,7 +213,8 @@ func init() {
 		Name: "fenced-lock/failover-forced",
 		Summary: "replication to the replica is cut, then the sentinels are told to fail over at once: the new primary " +
 			"lacks the last counter increments and leases. HAZARD expected (token regression, overlapping holders); " +
-			"the resource must still refuse every regressed token it can.",
+			"the resource refuses tokens below its last one, and the oracle reports each stale write it accepted " +
+			"because a regressed counter handed a second owner a token already used.",
 		Topo:     Topology{Kind: testbed.KindReplicated, Replicas: 1, Sentinels: 3},
 		Workload: lockWorkload(0.1, func(ttl time.Duration) time.Duration { return ttl / 10 }),
 		Nemesis: func(r *rand.Rand, d time.Duration) []Event {
@@ -226,16 +228,16 @@ func init() {
 				{At: at + 1500*time.Millisecond, Name: "heal", Do: func(_ context.Context, e *Env) error { return e.Topo.HealAll() }},
 			}
 		},
-		Properties: props("token-order", "exclusion"),
+		Properties: props("token-order", "exclusion", "fenced-resource"),
 		Check:      models.Options{Drift: 20 * time.Millisecond},
-		Impls:      []string{"prim", "redislock"},
+		Impls:      lockImpls(),
 	})
 }
 
 func init() {
 	shortStall := func(ttl time.Duration) time.Duration { return ttl / 10 }
 	drift := models.Options{Drift: 20 * time.Millisecond}
-	impls := []string{"prim", "redislock"}
+	impls := lockImpls()
 	Register(&Scenario{
 		Name:    "fenced-lock/partition-primary",
 		Summary: "the server is cut off from every client (silently) and healed; outcomes become uncertain. Everything must hold.",
@@ -249,10 +251,10 @@ func init() {
 	Register(&Scenario{
 		Name: "fenced-lock/failover-sentinel",
 		Summary: "the sentinels fail over while replication is healthy; the last increments may or may not have " +
-			"replicated. May show hazard on token order and exclusion; the resource must hold.",
+			"replicated. May show hazard on token order, exclusion and (a token reused by a second owner) the resource.",
 		Topo: Topology{Kind: testbed.KindReplicated, Replicas: 1, Sentinels: 3}, Workload: lockWorkload(0.1, shortStall),
 		Nemesis:    sentinelFailover,
-		Properties: props("token-order", "exclusion"), Check: drift, Impls: impls,
+		Properties: props("token-order", "exclusion", "fenced-resource"), Check: drift, Impls: impls,
 	})
 	Register(&Scenario{
 		Name: "fenced-lock/clock-skew",
@@ -278,7 +280,7 @@ func init() {
 	Register(&Scenario{
 		Name: "fenced-lock/eviction",
 		Summary: "the server runs allkeys-lru with little memory and filler data arrives: the counter itself can be " +
-			"evicted and restart from zero. May show hazard on token order and exclusion; the resource must hold.",
+			"evicted and restart from zero. May show hazard on token order, exclusion and (a token reused by a second owner) the resource.",
 		Topo: Topology{Kind: testbed.KindStandalone}, Workload: lockWorkload(0.1, shortStall),
 		Nemesis: func(r *rand.Rand, d time.Duration) []Event {
 			return []Event{
@@ -301,6 +303,6 @@ func init() {
 				}},
 			}
 		},
-		Properties: props("token-order", "exclusion"), Check: drift, Impls: impls,
+		Properties: props("token-order", "exclusion", "fenced-resource"), Check: drift, Impls: impls,
 	})
 }

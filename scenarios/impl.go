@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/bsm/redislock"
+	"github.com/go-redsync/redsync/v4"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/coordtorture/coordtorture/history"
@@ -45,18 +47,23 @@ var extraImpls = map[string]LockImpl{}
 // scenarios/mutants registers its deliberately broken ones this way.
 func RegisterImpl(l LockImpl) { extraImpls[l.Name()] = l }
 
-// NewImpl returns the named implementation: prim, redislock, or a registered one.
+// Peers are the implementations other than prim that every lock scenario runs on.
+var Peers = []string{"redislock", "redsync"}
+
+// NewImpl returns the named implementation: prim, a peer, or a registered one.
 func NewImpl(name string) (LockImpl, error) {
 	switch name {
 	case "", "prim":
 		return primImpl{}, nil
 	case "redislock":
 		return redislockImpl{}, nil
+	case "redsync":
+		return redsyncImpl{}, nil
 	}
 	if l, ok := extraImpls[name]; ok {
 		return l, nil
 	}
-	return nil, fmt.Errorf("scenarios: unknown implementation %q (prim, redislock)", name)
+	return nil, fmt.Errorf("scenarios: unknown implementation %q (prim, redislock, redsync)", name)
 }
 
 type primImpl struct{}
@@ -128,3 +135,44 @@ func (h rlHeld) Release(ctx context.Context) (string, error) {
 	}
 	return history.ValueReleased, nil
 }
+
+// redsyncImpl is github.com/go-redsync/redsync with one pool (the deployment's
+// client), one try per acquisition: SET NX PX with a random value, a
+// compare-and-delete release, no fencing token.
+type redsyncImpl struct{}
+
+func (redsyncImpl) Name() string { return "redsync" }
+func (redsyncImpl) Fenced() bool { return false }
+func (redsyncImpl) TryAcquire(ctx context.Context, c redis.UniversalClient, key string, ttl time.Duration) (Held, error) {
+	m := redsync.New(goredis.NewPool(c)).NewMutex(key, redsync.WithExpiry(ttl), redsync.WithTries(1))
+	err := m.TryLockContext(ctx)
+	var taken *redsync.ErrTaken
+	switch {
+	case err == nil:
+		return rsHeld{m}, nil
+	case errors.As(err, &taken):
+		return nil, ErrContended
+	}
+	// ErrFailed also covers "acquired too late and released again", whose
+	// release may not have happened: uncertain.
+	return nil, fmt.Errorf("%w: %w", ErrUncertain, err)
+}
+
+type rsHeld struct{ m *redsync.Mutex }
+
+func (h rsHeld) Token() int64  { return 0 }
+func (h rsHeld) Owner() string { return h.m.Value() }
+func (h rsHeld) Release(ctx context.Context) (string, error) {
+	ok, err := h.m.UnlockContext(ctx)
+	var taken *redsync.ErrNodeTaken
+	switch {
+	case ok:
+		return history.ValueReleased, nil
+	case errors.Is(err, redsync.ErrLockAlreadyExpired), errors.As(err, &taken):
+		return history.ValueNotOwned, nil
+	}
+	return "", err
+}
+
+// lockImpls is prim and every peer: the lock scenarios run on all of them.
+func lockImpls() []string { return append([]string{"prim"}, Peers...) }

@@ -162,9 +162,10 @@ func Match(patterns []string) ([]*Scenario, error) {
 	return out, nil
 }
 
-// write records one write of proc to the protected resource with its token.
-func (e *Env) write(proc int, token int64) {
-	e.Rec.Invoke(proc, history.Op{F: history.FWrite, Key: "resource", Token: token, Value: fmt.Sprintf("p%d", proc)})
+// write records one write of proc to the protected resource with the token
+// (and owner) it holds.
+func (e *Env) write(proc int, token int64, owner string) {
+	e.Rec.Invoke(proc, history.Op{F: history.FWrite, Key: "resource", Token: token, Owner: owner, Value: fmt.Sprintf("p%d", proc)})
 	if ok, seq := e.Resource.Write(token); ok {
 		e.Rec.OK(proc, history.Op{Seq: seq})
 	} else {

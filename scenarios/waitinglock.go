@@ -73,7 +73,7 @@ func waitingWorkload(ctx context.Context, env *Env, proc int) {
 			continue
 		}
 		sleep(ctx, time.Duration(2+r.IntN(10))*time.Millisecond)
-		env.write(proc, l.FencingToken())
+		env.write(proc, l.FencingToken(), l.OwnerToken())
 		env.release(ctx, proc, history.Op{Key: lockKey, Owner: l.OwnerToken(), Token: l.FencingToken()},
 			func(ctx context.Context) (string, error) { return primRelease(ctx, l.Release) })
 	}
@@ -129,12 +129,12 @@ func init() {
 	Register(&Scenario{
 		Name: "waiting-lock/failover",
 		Summary: "waiters sleep on invalidations from the primary while the sentinels fail over; the old primary drops its " +
-			"connections, the watchers follow the new one. Liveness and the resource must hold; token order and " +
-			"exclusion may show the asynchronous-failover hazard.",
+			"connections, the watchers follow the new one. Liveness must hold; token order, exclusion and the " +
+			"resource (a token reused by a second owner) may show the asynchronous-failover hazard.",
 		Topo:     Topology{Kind: testbed.KindReplicated, Replicas: 1, Sentinels: 3},
 		Workload: waitingWorkload,
 		Nemesis:  sentinelFailover,
-		Properties: []Property{{Checker: "fenced-resource"}, {Checker: "token-order", Expect: MayHazard},
+		Properties: []Property{{Checker: "fenced-resource", Expect: MayHazard}, {Checker: "token-order", Expect: MayHazard},
 			{Checker: "exclusion", Expect: MayHazard}, {Checker: "liveness"}},
 		Check: models.Options{Drift: 20 * time.Millisecond, WakeBound: 2 * time.Second, LostNotifications: true},
 		Impls: []string{"prim"},
