@@ -16,6 +16,7 @@ import (
 //
 //   - every stale write accepted: an ok write whose token is below a token
 //     the resource had already accepted (or is not positive), and
+//
 //   - every correct write wrongly rejected: a fail write whose token is
 //     positive and at least every token accepted before it.
 //
