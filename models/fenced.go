@@ -15,11 +15,9 @@ import (
 // its writer held — in the order the resource applied them, and reports
 //
 //   - every stale write accepted: an ok write whose token is below a token
-//     the resource had already accepted (or is not positive), and
-//
+//     the resource had already accepted (or is not positive),
 //   - every correct write wrongly rejected: a fail write whose token is
-//     positive and at least every token accepted before it.
-//
+//     positive and at least every token accepted before it, and
 //   - every token reused by a different owner: two accepted writes with the
 //     same token whose writers name different owners (the write's owner
 //     field, when the history records it). One lease may write repeatedly
