@@ -29,7 +29,7 @@ func lockWorkload(stall float64, stallFor func(ttl time.Duration) time.Duration)
 			if _, err := rec.Invoke(proc, history.Op{F: history.FAcquire, Key: lockKey, TTLMs: env.TTL.Milliseconds()}); err != nil {
 				return
 			}
-			held, err := env.Impl.TryAcquire(ctx, c, lockKey, env.TTL)
+			held, err := env.Impl.TryAcquire(ctx, c, env.Key(lockKey), env.TTL)
 			switch {
 			case err == nil:
 				rec.OK(proc, history.Op{Token: held.Token(), Owner: held.Owner(), TTLMs: env.TTL.Milliseconds()})

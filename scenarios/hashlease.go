@@ -28,7 +28,7 @@ func leaseWorkload(ctx context.Context, env *Env, proc int) {
 		if _, err := rec.Invoke(proc, history.Op{F: history.FAcquire, Key: leaseHash, Field: field, TTLMs: env.TTL.Milliseconds()}); err != nil {
 			return
 		}
-		l, err := co.TryAcquireLease(ctx, leaseHash, field, env.TTL)
+		l, err := co.TryAcquireLease(ctx, env.Key(leaseHash), field, env.TTL)
 		switch {
 		case err == nil:
 			rec.OK(proc, history.Op{Owner: l.OwnerToken(), TTLMs: env.TTL.Milliseconds()})

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/bsm/redislock"
@@ -54,7 +56,7 @@ var Peers = []string{"redislock", "redsync"}
 func NewImpl(name string) (LockImpl, error) {
 	switch name {
 	case "", "prim":
-		return primImpl{}, nil
+		return &primImpl{}, nil
 	case "redislock":
 		return redislockImpl{}, nil
 	case "redsync":
@@ -66,12 +68,37 @@ func NewImpl(name string) (LockImpl, error) {
 	return nil, fmt.Errorf("scenarios: unknown implementation %q (prim, redislock, redsync)", name)
 }
 
-type primImpl struct{}
+// primImpl keeps one prim.Coordinator per client, as a service would.
+type primImpl struct {
+	log    *slog.Logger
+	mu     sync.Mutex
+	coords map[redis.UniversalClient]*prim.Coordinator
+}
 
-func (primImpl) Name() string { return "prim" }
-func (primImpl) Fenced() bool { return true }
-func (primImpl) TryAcquire(ctx context.Context, c redis.UniversalClient, key string, ttl time.Duration) (Held, error) {
-	l, err := prim.New(c).TryAcquireFencedLock(ctx, "{"+key+"}:lease", "{"+key+"}:fence", ttl)
+func (p *primImpl) setLogger(l *slog.Logger) { p.log = l }
+
+func (p *primImpl) coordinator(c redis.UniversalClient) *prim.Coordinator {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.coords == nil {
+		p.coords = map[redis.UniversalClient]*prim.Coordinator{}
+	}
+	co := p.coords[c]
+	if co == nil {
+		var opts []prim.Option
+		if p.log != nil {
+			opts = append(opts, prim.WithLogger(p.log))
+		}
+		co = prim.New(c, opts...)
+		p.coords[c] = co
+	}
+	return co
+}
+
+func (*primImpl) Name() string { return "prim" }
+func (*primImpl) Fenced() bool { return true }
+func (p *primImpl) TryAcquire(ctx context.Context, c redis.UniversalClient, key string, ttl time.Duration) (Held, error) {
+	l, err := p.coordinator(c).TryAcquireFencedLock(ctx, "{"+key+"}:lease", "{"+key+"}:fence", ttl)
 	switch {
 	case err == nil:
 		return primHeld{l}, nil

@@ -2,8 +2,12 @@ package scenarios
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
 	"fmt"
-	"math/rand/v2"
+	"log/slog"
+	mrand "math/rand/v2"
 	"sync"
 	"time"
 
@@ -59,6 +63,42 @@ type Config struct {
 	// Progress, when set, is called about once a second with the time elapsed.
 	Progress func(elapsed, total time.Duration)
 	Logf     func(string, ...any)
+	// Logger receives what the primitives under test log (prim's warnings
+	// about uncertain outcomes and fencing); nil discards it.
+	Logger *slog.Logger
+	// External, when set, runs the workload against an existing deployment
+	// instead of local servers: no faults are injected (scenarios with a
+	// nemesis refuse to run), and every key the run writes carries a random
+	// prefix and is deleted afterwards.
+	External *External
+}
+
+// External is an existing Redis/Valkey deployment to run workloads against.
+type External struct {
+	// Addrs: one address for a standalone server (or a cluster's configuration
+	// endpoint with Cluster set), several for a cluster, or the sentinels'
+	// addresses with MasterName.
+	Addrs      []string
+	MasterName string
+	Cluster    bool
+	Username   string
+	Password   string
+	TLS        bool
+}
+
+// Runnable reports whether s can run on an external deployment: it injects no
+// faults and needs no particular topology or server build.
+func (s *Scenario) Runnable(ext bool) error {
+	if !ext {
+		return nil
+	}
+	switch {
+	case s.Nemesis != nil:
+		return fmt.Errorf("%s injects faults into servers it starts; it runs only with --provider local", s.Name)
+	case s.Topo.Kind != testbed.KindStandalone || s.Topo.Build != "":
+		return fmt.Errorf("%s needs its own %s topology; it runs only with --provider local", s.Name, s.Topo)
+	}
+	return nil
 }
 
 func (c *Config) defaults() {
@@ -76,6 +116,9 @@ func (c *Config) defaults() {
 	}
 	if c.Logf == nil {
 		c.Logf = func(string, ...any) {}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
 	}
 }
 
@@ -107,7 +150,10 @@ type Outcome struct {
 	Results  []PropertyResult `json:"properties"`
 	Events   []EventLog       `json:"events"`
 	Ops      int              `json:"ops"`
-	Error    string           `json:"error,omitempty"`
+	// Provider is "local" or "external"; Target names the external deployment.
+	Provider string `json:"provider"`
+	Target   string `json:"target,omitempty"`
+	Error    string `json:"error,omitempty"`
 	// Records is the history, for writing as JSONL.
 	Records []history.Op `json:"-"`
 }
@@ -129,29 +175,55 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	if !supported {
 		return nil, fmt.Errorf("scenarios: %s does not run on %s (supports %v)", s.Name, impl.Name(), s.Impls)
 	}
-	topo, err := startTopology(ctx, s.Topo, cfg)
-	if err != nil {
-		return nil, err
+	if err := s.Runnable(cfg.External != nil); err != nil {
+		return nil, fmt.Errorf("scenarios: %w", err)
 	}
-	defer topo.Close()
-
-	env := &Env{Topo: topo, Impl: impl, Seed: cfg.Seed, TTL: cfg.TTL,
+	env := &Env{Impl: impl, Seed: cfg.Seed, TTL: cfg.TTL, Log: cfg.Logger,
 		Resource: &Resource{Fencing: impl.Fenced()}}
 	if r, ok := impl.(interface{ ResourceFencing() bool }); ok {
 		env.Resource.Fencing = r.ResourceFencing()
 	}
-	for i := 0; i < cfg.Clients; i++ {
-		c, err := topo.Client(testbed.AsPeer(Peer(i)), testbed.WithTimeout(250*time.Millisecond),
-			testbed.WithOptions(func(o *redis.UniversalOptions) { o.MaxRetries = -1 }))
+	if l, ok := impl.(interface{ setLogger(*slog.Logger) }); ok {
+		l.setLogger(cfg.Logger)
+	}
+	buildName, provider, target := "", "local", ""
+	if ext := cfg.External; ext != nil {
+		var b [6]byte
+		_, _ = rand.Read(b[:])
+		env.Prefix = "coordtorture:" + hex.EncodeToString(b[:]) + ":"
+		provider, target, buildName = "external", fmt.Sprint(ext.Addrs), "external"
+		for i := 0; i < cfg.Clients; i++ {
+			c, err := externalClient(ctx, ext)
+			if err != nil {
+				env.closeClients()
+				return nil, err
+			}
+			env.Clients = append(env.Clients, c)
+		}
+		defer env.closeClients()
+		defer env.deletePrefixed()
+	} else {
+		topo, err := startTopology(ctx, s.Topo, cfg)
 		if err != nil {
 			return nil, err
 		}
-		env.Clients = append(env.Clients, c)
-		env.rands = append(env.rands, rand.New(rand.NewPCG(uint64(cfg.Seed), uint64(i)+1)))
+		defer topo.Close()
+		env.Topo, buildName = topo, topo.Build.Name
+		for i := 0; i < cfg.Clients; i++ {
+			c, err := topo.Client(testbed.AsPeer(Peer(i)), testbed.WithTimeout(250*time.Millisecond),
+				testbed.WithOptions(func(o *redis.UniversalOptions) { o.MaxRetries = -1 }))
+			if err != nil {
+				return nil, err
+			}
+			env.Clients = append(env.Clients, c)
+		}
+	}
+	for i := 0; i < cfg.Clients; i++ {
+		env.rands = append(env.rands, mrand.New(mrand.NewPCG(uint64(cfg.Seed), uint64(i)+1)))
 	}
 	events := []Event(nil)
 	if s.Nemesis != nil {
-		events = s.Nemesis(rand.New(rand.NewPCG(uint64(cfg.Seed), 0)), cfg.Duration)
+		events = s.Nemesis(mrand.New(mrand.NewPCG(uint64(cfg.Seed), 0)), cfg.Duration)
 	}
 
 	start := time.Now()
@@ -205,14 +277,17 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	}
 	wg.Wait()
 	env.closeCoordinators()
-	// Leave the topology whole again (the nemesis may have been cut short).
-	_ = topo.HealAll()
-	for _, n := range append(topo.Nodes(), topo.Sentinels()...) {
-		_ = topo.Resume(n.Name)
+	if topo := env.Topo; topo != nil {
+		// Leave the topology whole again (the nemesis may have been cut short).
+		_ = topo.HealAll()
+		for _, n := range append(topo.Nodes(), topo.Sentinels()...) {
+			_ = topo.Resume(n.Name)
+		}
 	}
 
-	out := &Outcome{Scenario: s.Name, Build: topo.Build.Name, Impl: impl.Name(), Seed: cfg.Seed,
-		Clients: cfg.Clients, Duration: cfg.Duration, Events: log, Records: env.Rec.Records()}
+	out := &Outcome{Scenario: s.Name, Build: buildName, Impl: impl.Name(), Seed: cfg.Seed,
+		Clients: cfg.Clients, Duration: cfg.Duration, Events: log, Records: env.Rec.Records(),
+		Provider: provider, Target: target}
 	h := env.Rec.History()
 	out.Ops = len(h.Ops)
 	var vs []Verdict
@@ -241,6 +316,9 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 
 func startTopology(ctx context.Context, t Topology, cfg Config) (*testbed.Topology, error) {
 	opts := []testbed.Option{testbed.WithLogf(cfg.Logf), testbed.WithAOF(t.AOF)}
+	if t.Build != "" {
+		cfg.Build = t.Build
+	}
 	switch t.Kind {
 	case testbed.KindReplicated:
 		return testbed.NewReplicated(ctx, cfg.Build, t.Replicas, t.Sentinels, opts...)
@@ -248,4 +326,61 @@ func startTopology(ctx context.Context, t Topology, cfg Config) (*testbed.Topolo
 		return testbed.NewCluster(ctx, cfg.Build, t.Primaries, t.ReplicasPerPrimary, opts...)
 	}
 	return testbed.NewStandalone(ctx, cfg.Build, opts...)
+}
+
+// externalClient dials the deployment once per process, with the harness's
+// timeouts and no retries (a retried script could run twice).
+func externalClient(ctx context.Context, ext *External) (redis.UniversalClient, error) {
+	o := &redis.UniversalOptions{Addrs: ext.Addrs, MasterName: ext.MasterName, IsClusterMode: ext.Cluster,
+		Username: ext.Username, Password: ext.Password, MaxRetries: -1,
+		DialTimeout: 2 * time.Second, ReadTimeout: 250 * time.Millisecond, WriteTimeout: 250 * time.Millisecond}
+	if ext.TLS {
+		o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	c := redis.NewUniversalClient(o)
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := c.Ping(pctx).Err(); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("scenarios: cannot reach %v: %w", ext.Addrs, err)
+	}
+	return c, nil
+}
+
+func (e *Env) closeClients() {
+	for _, c := range e.Clients {
+		c.Close()
+	}
+}
+
+// deletePrefixed removes every key the run wrote on an external deployment
+// (every one contains the run's random prefix), on every primary.
+func (e *Env) deletePrefixed() {
+	if e.Prefix == "" || len(e.Clients) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sweep := func(ctx context.Context, c *redis.Client) error {
+		// The prefix can sit inside a hash tag ("{coordtorture:…:lock}:fence").
+		iter := c.Scan(ctx, 0, "*"+e.Prefix+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			// Keys are deleted one at a time: on a cluster node they can sit in
+			// different slots.
+			if err := c.Del(ctx, iter.Val()).Err(); err != nil {
+				return err
+			}
+		}
+		return iter.Err()
+	}
+	var err error
+	switch c := e.Clients[0].(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, sweep)
+	case *redis.Client:
+		err = sweep(ctx, c)
+	}
+	if err != nil {
+		e.Log.Warn("coordtorture: could not delete the run's keys", "prefix", e.Prefix, "err", err)
+	}
 }

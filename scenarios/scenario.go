@@ -13,6 +13,7 @@ package scenarios
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"path"
 	"sort"
@@ -59,9 +60,15 @@ type Topology struct {
 	Primaries          int // cluster
 	ReplicasPerPrimary int // cluster
 	AOF                bool
+	// Build pins the server build whatever the run's build (hash-lease/
+	// old-server needs a server without hash-field expiry).
+	Build string
 }
 
 func (t Topology) String() string {
+	if t.Build != "" {
+		return string(t.Kind) + " on " + t.Build
+	}
 	switch t.Kind {
 	case testbed.KindReplicated:
 		return fmt.Sprintf("replicated (1 primary, %d replicas, %d sentinels)", t.Replicas, t.Sentinels)
@@ -104,6 +111,11 @@ type Env struct {
 	Resource *Resource
 	Seed     int64
 	TTL      time.Duration
+	// Prefix goes before every key a workload uses (set on external
+	// deployments, so a run never touches another's keys).
+	Prefix string
+	// Log is handed to the primitives under test.
+	Log *slog.Logger
 
 	rands   []*rand.Rand
 	virtual atomic.Int64 // acquisition numbers for unfenced implementations
@@ -112,6 +124,9 @@ type Env struct {
 
 // Rand is the process's own seeded random source.
 func (e *Env) Rand(proc int) *rand.Rand { return e.rands[proc] }
+
+// Key is name with the run's key prefix.
+func (e *Env) Key(name string) string { return e.Prefix + name }
 
 // Peer is the testbed peer name of a process's client.
 func Peer(proc int) string { return fmt.Sprintf("c%d", proc) }

@@ -34,7 +34,7 @@ func (e *Env) coordinator(proc int) *prim.Coordinator {
 	}
 	c := e.coords.m[proc]
 	if c == nil {
-		c = prim.New(e.Clients[proc])
+		c = prim.New(e.Clients[proc], prim.WithLogger(e.Log))
 		e.coords.m[proc] = c
 	}
 	return c
@@ -52,7 +52,7 @@ func waitingWorkload(ctx context.Context, env *Env, proc int) {
 	r := env.Rand(proc)
 	co := env.coordinator(proc)
 	rec := env.Rec
-	lease, fence := "{"+lockKey+"}:lease", "{"+lockKey+"}:fence"
+	lease, fence := "{"+env.Key(lockKey)+"}:lease", "{"+env.Key(lockKey)+"}:fence"
 	for ctx.Err() == nil {
 		if _, err := rec.Invoke(proc, history.Op{F: history.FAcquireWait, Key: lockKey, TTLMs: env.TTL.Milliseconds()}); err != nil {
 			return

@@ -272,6 +272,11 @@ func (e *exitedError) Error() string { return fmt.Sprintf("exited: %v", e.err) }
 // every proxy: for the harness's own inspection and control, never for workloads.
 func (n *Node) Admin() *redis.Client { return n.admin }
 
+// DirectAddr is the node's real listening address, bypassing every proxy:
+// for a program that must reach the server as an outside deployment would
+// (coordtorture's external provider under test), never for fault scenarios.
+func (n *Node) DirectAddr() string { return net.JoinHostPort(n.ip, strconv.Itoa(serverPort)) }
+
 // LogTail returns the last lines of the node's log.
 func (n *Node) LogTail(lines int) string { return n.proc.logTail(lines) }
 

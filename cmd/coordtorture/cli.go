@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -29,16 +30,23 @@ Usage:
   coordtorture matrix [flags] [PATTERN…] run them on every fetched server build
   coordtorture replay [flags] DIR        re-run the failed scenarios of a run from their seeds
 
-Each run writes DIR/summary.txt, report.json, junit.xml and histories/*.jsonl (check
-them again with fencecheck). Exit status: 0 when every must-hold property held
-(HAZARD is a documented hazard observed, with evidence), 1 on FAIL, 2 on UNKNOWN or
-when the run could not start.
+Each run writes DIR/summary.txt, report.json, junit.xml, index.html, prim.log (what
+the primitives logged) and histories/*.jsonl (check them again with fencecheck).
+Exit status: 0 when every must-hold property held (HAZARD is a documented hazard
+observed, with evidence), 1 on FAIL, 2 on UNKNOWN or when the run could not start.
+
+Providers: "local" (default) starts the servers itself (make servers fetches them)
+and injects faults. "external" runs the fault-free workloads against a deployment
+you already have (--addr; the password is read from $COORDTORTURE_PASSWORD): keys
+carry a random "coordtorture:<run>:" prefix and are deleted afterwards.
 
 Run flags:
 `
 
 type runFlags struct {
 	server, serverBin, provider, impl, out string
+	addr, masterName, user                 string
+	cluster, tls                           bool
 	duration, ttl                          time.Duration
 	clients                                int
 	seed                                   int64
@@ -47,8 +55,13 @@ type runFlags struct {
 func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.server, "server", testbed.DefaultBuild, "server build: "+strings.Join(testbed.KnownBuilds(), ", ")+" (make servers fetches them)")
 	fs.StringVar(&f.serverBin, "server-bin", "", "run this redis-server/valkey-server binary instead of a fetched build")
-	fs.StringVar(&f.provider, "provider", "local", "where servers run: local (processes on 127.0.0.1)")
-	fs.StringVar(&f.impl, "impl", "prim", "implementation under test: prim, redislock")
+	fs.StringVar(&f.provider, "provider", "local", "where servers run: local (processes on 127.0.0.1, with faults) or external (--addr)")
+	fs.StringVar(&f.addr, "addr", "", "external: host:port[,host:port…] of the deployment (several = cluster; sentinels with --master-name)")
+	fs.StringVar(&f.masterName, "master-name", "", "external: Sentinel master name (--addr lists the sentinels)")
+	fs.BoolVar(&f.cluster, "cluster", false, "external: --addr is a cluster (needed when it is a single address)")
+	fs.StringVar(&f.user, "user", "", "external: ACL user name (password from $COORDTORTURE_PASSWORD)")
+	fs.BoolVar(&f.tls, "tls", false, "external: connect with TLS")
+	fs.StringVar(&f.impl, "impl", "prim", "implementation under test: prim, "+strings.Join(scenarios.Peers, ", "))
 	fs.StringVar(&f.out, "out", "", "output directory (default runs/<time>)")
 	fs.DurationVar(&f.duration, "duration", 10*time.Second, "workload duration per scenario")
 	fs.DurationVar(&f.ttl, "ttl", 500*time.Millisecond, "lock lease duration")
@@ -109,8 +122,30 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if f.provider != "local" {
-		fmt.Fprintf(stderr, "coordtorture: provider %q is not available yet (local only)\n", f.provider)
+	var ext *scenarios.External
+	switch f.provider {
+	case "local":
+		if f.addr != "" || f.masterName != "" || f.cluster || f.user != "" || f.tls {
+			fmt.Fprintln(stderr, "coordtorture: --addr, --master-name, --cluster, --user and --tls need --provider external")
+			return 2
+		}
+	case "external":
+		if f.addr == "" {
+			fmt.Fprintln(stderr, "coordtorture: --provider external needs --addr host:port[,host:port…]")
+			return 2
+		}
+		if cmd == "matrix" {
+			fmt.Fprintln(stderr, "coordtorture: matrix runs on local server builds; use run --provider external")
+			return 2
+		}
+		ext = &scenarios.External{Addrs: strings.Split(f.addr, ","), MasterName: f.masterName, Cluster: f.cluster,
+			Username: f.user, Password: os.Getenv("COORDTORTURE_PASSWORD"), TLS: f.tls}
+	default:
+		fmt.Fprintf(stderr, "coordtorture: unknown provider %q (local, external; docker is not available yet)\n", f.provider)
+		return 2
+	}
+	if _, err := scenarios.NewImpl(f.impl); err != nil {
+		fmt.Fprintln(stderr, "coordtorture:", err)
 		return 2
 	}
 	if f.serverBin != "" {
@@ -156,6 +191,10 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 				fmt.Fprintln(stderr, "coordtorture:", err)
 				return 2
 			}
+			if o.Provider == "external" && ext == nil {
+				fmt.Fprintf(stderr, "coordtorture: %s ran on an external deployment (%s); replay it with --provider external --addr …\n", o.Scenario, o.Target)
+				return 2
+			}
 			jobs = append(jobs, job{ss[0], o.Build, o.Seed, o.Impl})
 			f.duration, f.clients = o.Duration, o.Clients
 		}
@@ -169,7 +208,29 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "coordtorture:", err)
 			return 2
 		}
+		if ext != nil {
+			var keep []*scenarios.Scenario
+			for _, s := range ss {
+				if err := s.Runnable(true); err != nil {
+					if len(fs.Args()) > 0 && fs.Args()[0] == s.Name && fs.NArg() == 1 {
+						fmt.Fprintln(stderr, "coordtorture:", err)
+						return 2
+					}
+					fmt.Fprintf(stderr, "coordtorture: skipping %s (faults or own topology: local only)\n", s.Name)
+					continue
+				}
+				keep = append(keep, s)
+			}
+			if len(keep) == 0 {
+				fmt.Fprintln(stderr, "coordtorture: no scenario of that selection runs on an external deployment (see coordtorture list)")
+				return 2
+			}
+			ss = keep
+		}
 		builds := []string{f.server}
+		if ext != nil {
+			builds = []string{"external"}
+		}
 		if cmd == "matrix" {
 			builds = nil
 			for _, b := range testbed.KnownBuilds() {
@@ -181,7 +242,7 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 			}
 		}
 		for _, b := range builds {
-			if _, err := testbed.LookupBuild(b); err != nil {
+			if _, err := testbed.LookupBuild(b); err != nil && ext == nil {
 				fmt.Fprintf(stderr, "coordtorture: %v\n", err)
 				return 2
 			}
@@ -194,6 +255,17 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 	if out == "" {
 		out = filepath.Join("runs", time.Now().Format("20060102-150405"))
 	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		fmt.Fprintf(stderr, "coordtorture: %v\n", err)
+		return 2
+	}
+	logFile, err := os.Create(filepath.Join(out, "prim.log"))
+	if err != nil {
+		fmt.Fprintf(stderr, "coordtorture: %v\n", err)
+		return 2
+	}
+	defer logFile.Close()
+	logger := slog.New(slog.NewTextHandler(logFile, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	tty := isTerminal(stdout)
@@ -213,7 +285,8 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stdout, "%s starting\n", label)
 		}
 		o, err := scenarios.Run(ctx, j.s, scenarios.Config{Build: j.build, Duration: f.duration, Clients: f.clients,
-			Seed: j.seed, Impl: j.impl, TTL: f.ttl, Progress: progress})
+			Seed: j.seed, Impl: j.impl, TTL: f.ttl, Progress: progress, External: ext,
+			Logger: logger.With("scenario", j.s.Name, "impl", j.impl, "server", j.build)})
 		if err != nil {
 			o = &scenarios.Outcome{Scenario: j.s.Name, Build: j.build, Impl: j.impl, Seed: j.seed, Clients: f.clients,
 				Duration: f.duration, Verdict: scenarios.Unknown, Error: err.Error()}
