@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/coordtorture/coordtorture/history"
@@ -14,60 +15,133 @@ import (
 )
 
 // The hash-lease family: named leases as fields of one hash (Redis 7.4+,
-// Valkey 9+). Clients contend for a few fields with TryAcquireLease, hold, renew
-// once and release; exclusion is checked per (hash, field).
+// Valkey 9+). Clients contend for a few fields, hold, renew once and release;
+// exclusion is checked per (hash, field).
 
 const leaseHash = "leases"
 
-func leaseWorkload(ctx context.Context, env *Env, proc int) {
-	r := env.Rand(proc)
-	co := env.coordinator(proc)
-	rec := env.Rec
-	for ctx.Err() == nil {
-		field := fmt.Sprintf("worker:%d", r.IntN(3))
-		if _, err := rec.Invoke(proc, history.Op{F: history.FAcquire, Key: leaseHash, Field: field, TTLMs: env.TTL.Milliseconds()}); err != nil {
-			return
+// leasePlan is what one client does with a lease it holds: how long it waits
+// before renewing and before releasing, and whether it waits for the field
+// (AcquireLease) or tries once (TryAcquireLease).
+type leasePlan struct {
+	wait          func(r *rand.Rand, proc int) bool
+	beforeRenew   func(r *rand.Rand, ttl time.Duration) time.Duration
+	beforeRelease func(r *rand.Rand, ttl time.Duration) time.Duration
+}
+
+func upToQuarter(r *rand.Rand, ttl time.Duration) time.Duration {
+	return time.Duration(r.Int64N(int64(ttl/4) + 1))
+}
+
+var leaseWorkload = leaseWorkloadWith(leasePlan{beforeRenew: upToQuarter, beforeRelease: upToQuarter})
+
+func leaseWorkloadWith(plan leasePlan) func(ctx context.Context, env *Env, proc int) {
+	return func(ctx context.Context, env *Env, proc int) {
+		r := env.Rand(proc)
+		co := env.coordinator(proc)
+		rec := env.Rec
+		ttlMs := env.TTL.Milliseconds()
+		for ctx.Err() == nil {
+			field := fmt.Sprintf("worker:%d", r.IntN(3))
+			wait := plan.wait != nil && plan.wait(r, proc)
+			f := history.FAcquire
+			if wait {
+				f = history.FAcquireWait
+			}
+			if _, err := rec.Invoke(proc, history.Op{F: f, Key: leaseHash, Field: field, TTLMs: ttlMs}); err != nil {
+				return
+			}
+			var l *prim.Lease
+			var err error
+			if wait {
+				actx, cancel := context.WithTimeout(ctx, 10*env.TTL)
+				l, err = co.AcquireLease(actx, env.Key(leaseHash), field, env.TTL)
+				cancel()
+			} else {
+				l, err = co.TryAcquireLease(ctx, env.Key(leaseHash), field, env.TTL)
+			}
+			switch {
+			case err == nil:
+				rec.OK(proc, history.Op{Owner: l.OwnerToken(), TTLMs: ttlMs})
+			case errors.Is(err, prim.ErrNotAcquired):
+				rec.Fail(proc, history.Op{})
+				sleep(ctx, time.Duration(1+r.IntN(5))*time.Millisecond)
+				continue
+			case errors.Is(err, prim.ErrFeatureUnsupported):
+				rec.Fail(proc, history.Op{Err: err.Error()})
+				return // an old server: the scenario's history shows the refusal
+			case errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, prim.ErrUncertain):
+				rec.Fail(proc, history.Op{Err: err.Error()}) // the wait ended before the script was sent
+				continue
+			default:
+				rec.Info(proc, history.Op{Err: err.Error()})
+				sleep(ctx, 10*time.Millisecond)
+				continue
+			}
+			sleep(ctx, plan.beforeRenew(r, env.TTL))
+			rec.Invoke(proc, history.Op{F: history.FRenew, Key: leaseHash, Field: field, Owner: l.OwnerToken(), TTLMs: ttlMs})
+			ok, err := l.Renew(ctx, env.TTL)
+			switch {
+			case err != nil:
+				rec.Info(proc, history.Op{Err: err.Error()})
+			case ok:
+				rec.OK(proc, history.Op{})
+			default:
+				rec.Fail(proc, history.Op{})
+			}
+			sleep(ctx, plan.beforeRelease(r, env.TTL))
+			env.release(ctx, proc, history.Op{Key: leaseHash, Field: field, Owner: l.OwnerToken()},
+				func(ctx context.Context) (string, error) { return primRelease(ctx, l.Release) })
 		}
-		l, err := co.TryAcquireLease(ctx, env.Key(leaseHash), field, env.TTL)
-		switch {
-		case err == nil:
-			rec.OK(proc, history.Op{Owner: l.OwnerToken(), TTLMs: env.TTL.Milliseconds()})
-		case errors.Is(err, prim.ErrNotAcquired):
-			rec.Fail(proc, history.Op{})
-			sleep(ctx, time.Duration(1+r.IntN(5))*time.Millisecond)
-			continue
-		case errors.Is(err, prim.ErrFeatureUnsupported):
-			rec.Fail(proc, history.Op{Err: err.Error()})
-			return // an old server: the scenario's history shows the refusal
-		default:
-			rec.Info(proc, history.Op{Err: err.Error()})
-			sleep(ctx, 10*time.Millisecond)
-			continue
-		}
-		sleep(ctx, time.Duration(r.IntN(int(env.TTL/time.Millisecond/4)+1))*time.Millisecond)
-		rec.Invoke(proc, history.Op{F: history.FRenew, Key: leaseHash, Field: field, Owner: l.OwnerToken(), TTLMs: env.TTL.Milliseconds()})
-		ok, err := l.Renew(ctx, env.TTL)
-		switch {
-		case err != nil:
-			rec.Info(proc, history.Op{Err: err.Error()})
-		case ok:
-			rec.OK(proc, history.Op{})
-		default:
-			rec.Fail(proc, history.Op{})
-		}
-		sleep(ctx, time.Duration(r.IntN(int(env.TTL/time.Millisecond/4)+1))*time.Millisecond)
-		env.release(ctx, proc, history.Op{Key: leaseHash, Field: field, Owner: l.OwnerToken()},
-			func(ctx context.Context) (string, error) { return primRelease(ctx, l.Release) })
 	}
+}
+
+// refusedUntouched is old-server's check: every acquisition was refused with
+// the error that names the missing feature and the versions that have it, and
+// the hash was never written.
+func refusedUntouched(ctx context.Context, env *Env, h *history.History) models.Result {
+	res := models.Result{Checker: "refused-untouched", Verdict: models.Pass}
+	fail := func(msg string, ops ...history.Operation) {
+		res.Verdict = models.Fail
+		res.Violations++
+		res.Evidence = append(res.Evidence, models.Evidence{Key: leaseHash, Msg: msg, Ops: ops})
+	}
+	for _, op := range h.Ops {
+		if op.F != history.FAcquire && op.F != history.FAcquireWait {
+			continue
+		}
+		res.Ops++
+		switch {
+		case op.Type != history.Fail:
+			fail(fmt.Sprintf("acquisition was %s on a server without hash-field expiry", op.Type), op)
+		case !strings.Contains(op.Err, "hash-field expiration") || !strings.Contains(op.Err, "7.4"):
+			fail(fmt.Sprintf("refusal does not name the missing feature and its versions: %q", op.Err), op)
+		}
+	}
+	if res.Ops == 0 {
+		fail("no acquisition was attempted")
+	}
+	for _, n := range env.Topo.Nodes() {
+		if k, err := n.Admin().Exists(ctx, env.Key(leaseHash)).Result(); err != nil || k != 0 {
+			fail(fmt.Sprintf("%s: the hash exists after the refusals (EXISTS %d, %v)", n.Name, k, err))
+		}
+	}
+	if res.Verdict == models.Pass {
+		res.Summary = fmt.Sprintf("%d acquisitions refused before writing, each naming hash-field expiration and the versions that have it; the hash was never created", res.Ops)
+	} else {
+		res.Summary = fmt.Sprintf("%d problem(s); first: %s", res.Violations, res.Evidence[0].Msg)
+	}
+	return res
 }
 
 func init() {
 	props := []Property{{Checker: "exclusion"}}
 	drift := models.Options{Drift: 20 * time.Millisecond}
+	standalone := Topology{Kind: testbed.KindStandalone}
 	Register(&Scenario{
 		Name:       "hash-lease/baseline",
 		Summary:    "clients contend for three named leases in one hash, renew and release; no faults. Exclusion per field must hold.",
-		Topo:       Topology{Kind: testbed.KindStandalone},
+		Topo:       standalone,
 		Workload:   leaseWorkload,
 		Properties: props, Check: drift, Impls: []string{"prim"},
 	})
@@ -75,11 +149,38 @@ func init() {
 		Name: "hash-lease/partition",
 		Summary: "clients are cut off from the server and healed; acquisitions and renewals become uncertain and are " +
 			"fenced with CLIENT KILL. Exclusion per field must hold.",
-		Topo:     Topology{Kind: testbed.KindStandalone},
+		Topo:     standalone,
 		Workload: leaseWorkload,
 		Nemesis: func(r *rand.Rand, d time.Duration) []Event {
 			return partitionClients(r, d, 1500*time.Millisecond, 500*time.Millisecond)
 		},
 		Properties: props, Check: drift, Impls: []string{"prim"},
+	})
+	Register(&Scenario{
+		Name: "hash-lease/expiry-race",
+		Summary: "holders renew within a few milliseconds of their field's expiry (before or after it) while half the " +
+			"clients wait for the field (AcquireLease: invalidations plus the HPTTL deadline): a renewal that loses " +
+			"the race must fail and never extend the next owner's field. Exclusion and liveness must hold.",
+		Topo: standalone,
+		Workload: leaseWorkloadWith(leasePlan{
+			wait: func(_ *rand.Rand, proc int) bool { return proc%2 == 1 },
+			beforeRenew: func(r *rand.Rand, ttl time.Duration) time.Duration {
+				return ttl - 4*time.Millisecond + time.Duration(r.Int64N(int64(8*time.Millisecond)))
+			},
+			beforeRelease: func(r *rand.Rand, ttl time.Duration) time.Duration { return time.Duration(r.IntN(3)) * time.Millisecond },
+		}),
+		Properties: []Property{{Checker: "exclusion"}, {Checker: "liveness"}},
+		Check:      models.Options{Drift: 20 * time.Millisecond, WakeBound: 500 * time.Millisecond},
+		Impls:      []string{"prim"},
+	})
+	Register(&Scenario{
+		Name: "hash-lease/old-server",
+		Summary: "named leases on a server without hash-field expiry (redis-7.0, whatever --server says): every " +
+			"acquisition must be refused with an error naming the feature and the versions that have it, and nothing written.",
+		Topo:       Topology{Kind: testbed.KindStandalone, Build: "redis-7.0"},
+		Workload:   leaseWorkload,
+		Properties: []Property{{Checker: "refused-untouched"}},
+		Verify:     map[string]Verify{"refused-untouched": refusedUntouched},
+		Impls:      []string{"prim"},
 	})
 }

@@ -292,11 +292,18 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	out.Ops = len(h.Ops)
 	var vs []Verdict
 	for _, p := range s.Properties {
-		c, ok := models.Lookup(p.Checker)
-		if !ok {
+		var r models.Result
+		if v, ok := s.Verify[p.Checker]; ok {
+			vctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			start := time.Now()
+			r = v(vctx, env, h)
+			r.Elapsed = time.Since(start)
+			cancel()
+		} else if c, ok := models.Lookup(p.Checker); ok {
+			r = c.Check(h, s.Check)
+		} else {
 			return nil, fmt.Errorf("scenarios: %s: unknown checker %q", s.Name, p.Checker)
 		}
-		r := c.Check(h, s.Check)
 		v := Pass
 		switch r.Verdict {
 		case models.Fail:

@@ -17,6 +17,7 @@ import (
 	"math/rand/v2"
 	"path"
 	"sort"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -100,7 +101,15 @@ type Scenario struct {
 	Check models.Options
 	// Impls lists the implementations the scenario supports ("prim" first).
 	Impls []string
+	// Verify holds the scenario's own checks, by property name, for what a
+	// history cannot show (the server's state after the run); the other
+	// properties name checkers of package models.
+	Verify map[string]Verify
 }
+
+// Verify is a scenario's own check, run after the workload while the servers
+// are still up.
+type Verify func(ctx context.Context, env *Env, h *history.History) models.Result
 
 // Env is what a workload and a nemesis act on.
 type Env struct {
@@ -152,8 +161,8 @@ func All() []*Scenario {
 }
 
 // Match returns the scenarios whose names match any of the patterns (path.Match
-// globs such as "fenced-lock/*", or a family prefix such as "fenced-lock"). No
-// pattern means all.
+// globs such as "fenced-lock/*", a family such as "fenced-lock", or, without a
+// slash, a glob on the part after it such as "*-cluster"). No pattern means all.
 func Match(patterns []string) ([]*Scenario, error) {
 	if len(patterns) == 0 {
 		return All(), nil
@@ -164,6 +173,10 @@ func Match(patterns []string) ([]*Scenario, error) {
 			ok, err := path.Match(p, s.Name)
 			if err != nil {
 				return nil, fmt.Errorf("scenarios: bad pattern %q: %w", p, err)
+			}
+			if !ok && !strings.Contains(p, "/") {
+				// A pattern without a slash may name the fault: "*-cluster", "baseline".
+				ok, _ = path.Match(p, path.Base(s.Name))
 			}
 			if ok || s.Name == p || len(s.Name) > len(p) && s.Name[:len(p)] == p && s.Name[len(p)] == '/' {
 				out = append(out, s)

@@ -3,6 +3,7 @@ package testbed
 import (
 	"context"
 	"fmt"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -541,6 +542,26 @@ func (t *Topology) ClusterNodeFor(ctx context.Context, slot int) (*Node, error) 
 		}
 	}
 	return nil, fmt.Errorf("testbed: no node serves slot %d", slot)
+}
+
+// ClusterReplicaOf returns a running replica of the cluster primary that
+// currently serves slot: the node to hand CLUSTER FAILOVER to.
+func (t *Topology) ClusterReplicaOf(ctx context.Context, slot int) (*Node, error) {
+	p, err := t.ClusterNodeFor(ctx, slot)
+	if err != nil {
+		return nil, err
+	}
+	_, port, _ := net.SplitHostPort(p.Addr)
+	for _, n := range t.nodes {
+		if n == p || !n.Running() || n.isPaused() {
+			continue
+		}
+		r, err := n.admin.Do(ctx, "ROLE").Slice()
+		if err == nil && len(r) > 3 && r[0] == "slave" && fmt.Sprint(r[2]) == port {
+			return n, nil
+		}
+	}
+	return nil, fmt.Errorf("testbed: no running replica of %s (slot %d)", p.Name, slot)
 }
 
 // ServerTime returns a node's TIME.

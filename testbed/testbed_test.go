@@ -312,11 +312,17 @@ func TestClusterFailover(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		if r, err := topo.ClusterReplicaOf(ctx, 0); err != nil || r.Name != "n4" {
+			t.Fatalf("replica of slot 0's primary n1: %v %v, want n4", r, err)
+		}
 		if err := topo.ClusterFailover(ctx, "n4", ""); err != nil {
 			t.Fatal(err)
 		}
 		if r := topo.Node("n1").Admin().Do(ctx, "ROLE").Val().([]any)[0]; fmt.Sprint(r) != "slave" {
 			t.Fatalf("n1 role %v after failover to n4", r)
+		}
+		if r, err := topo.ClusterReplicaOf(ctx, 0); err != nil || r.Name != "n1" {
+			t.Fatalf("replica of slot 0's primary after the failover: %v %v, want n1", r, err)
 		}
 		eventually(t, 15*time.Second, "cluster client to read every key", func() (bool, string) {
 			for i := 0; i < 50; i++ {
