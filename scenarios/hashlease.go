@@ -167,7 +167,9 @@ func init() {
 			beforeRenew: func(r *rand.Rand, ttl time.Duration) time.Duration {
 				return ttl - 4*time.Millisecond + time.Duration(r.Int64N(int64(8*time.Millisecond)))
 			},
-			beforeRelease: func(r *rand.Rand, ttl time.Duration) time.Duration { return time.Duration(r.IntN(3)) * time.Millisecond },
+			beforeRelease: func(r *rand.Rand, ttl time.Duration) time.Duration {
+				return time.Duration(r.IntN(3)) * time.Millisecond
+			},
 		}),
 		Properties: []Property{{Checker: "exclusion"}, {Checker: "liveness"}},
 		Check:      models.Options{Drift: 20 * time.Millisecond, WakeBound: 500 * time.Millisecond},
