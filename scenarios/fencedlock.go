@@ -26,6 +26,12 @@ func lockWorkload(stall float64, stallFor func(ttl time.Duration) time.Duration)
 		c := env.Clients[proc]
 		rec := env.Rec
 		for ctx.Err() == nil {
+			// Every decision of this attempt is drawn first, whatever its
+			// outcome: the k-th attempt of a process is the same for a seed.
+			backoff := time.Duration(100+r.IntN(500)) * time.Microsecond
+			uncertainBackoff := time.Duration(5+r.IntN(20)) * time.Millisecond
+			stalls := r.Float64() < stall
+			pause := time.Duration(r.IntN(3)) * time.Millisecond
 			if _, err := rec.Invoke(proc, history.Op{F: history.FAcquire, Key: lockKey, TTLMs: env.TTL.Milliseconds()}); err != nil {
 				return
 			}
@@ -35,11 +41,11 @@ func lockWorkload(stall float64, stallFor func(ttl time.Duration) time.Duration)
 				rec.OK(proc, history.Op{Token: held.Token(), Owner: held.Owner(), TTLMs: env.TTL.Milliseconds()})
 			case errors.Is(err, ErrContended):
 				rec.Fail(proc, history.Op{})
-				sleep(ctx, time.Duration(100+r.IntN(500))*time.Microsecond)
+				sleep(ctx, backoff)
 				continue
 			default:
 				rec.Info(proc, history.Op{Err: err.Error()})
-				sleep(ctx, time.Duration(5+r.IntN(20))*time.Millisecond)
+				sleep(ctx, uncertainBackoff)
 				continue
 			}
 			tok := held.Token()
@@ -49,12 +55,12 @@ func lockWorkload(stall float64, stallFor func(ttl time.Duration) time.Duration)
 				// stale even though the resource cannot.
 				tok = env.virtual.Add(1)
 			}
-			if r.Float64() < stall {
+			if stalls {
 				sleep(ctx, stallFor(env.TTL)) // the process stops between check and write
 			}
 			env.write(proc, tok, held.Owner())
 			env.release(ctx, proc, history.Op{Key: lockKey, Owner: held.Owner(), Token: held.Token()}, held.Release)
-			sleep(ctx, time.Duration(r.IntN(3))*time.Millisecond)
+			sleep(ctx, pause)
 		}
 	}
 }

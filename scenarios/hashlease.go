@@ -42,8 +42,12 @@ func leaseWorkloadWith(plan leasePlan) func(ctx context.Context, env *Env, proc 
 		rec := env.Rec
 		ttlMs := env.TTL.Milliseconds()
 		for ctx.Err() == nil {
+			// Every decision of this attempt is drawn first, whatever its
+			// outcome: the k-th attempt of a process is the same for a seed.
 			field := fmt.Sprintf("worker:%d", r.IntN(3))
 			wait := plan.wait != nil && plan.wait(r, proc)
+			backoff := time.Duration(1+r.IntN(5)) * time.Millisecond
+			holdRenew, holdRelease := plan.beforeRenew(r, env.TTL), plan.beforeRelease(r, env.TTL)
 			f := history.FAcquire
 			if wait {
 				f = history.FAcquireWait
@@ -65,7 +69,7 @@ func leaseWorkloadWith(plan leasePlan) func(ctx context.Context, env *Env, proc 
 				rec.OK(proc, history.Op{Owner: l.OwnerToken(), TTLMs: ttlMs})
 			case errors.Is(err, prim.ErrNotAcquired):
 				rec.Fail(proc, history.Op{})
-				sleep(ctx, time.Duration(1+r.IntN(5))*time.Millisecond)
+				sleep(ctx, backoff)
 				continue
 			case errors.Is(err, prim.ErrFeatureUnsupported):
 				rec.Fail(proc, history.Op{Err: err.Error()})
@@ -78,7 +82,7 @@ func leaseWorkloadWith(plan leasePlan) func(ctx context.Context, env *Env, proc 
 				sleep(ctx, 10*time.Millisecond)
 				continue
 			}
-			sleep(ctx, plan.beforeRenew(r, env.TTL))
+			sleep(ctx, holdRenew)
 			rec.Invoke(proc, history.Op{F: history.FRenew, Key: leaseHash, Field: field, Owner: l.OwnerToken(), TTLMs: ttlMs})
 			ok, err := l.Renew(ctx, env.TTL)
 			switch {
@@ -89,7 +93,7 @@ func leaseWorkloadWith(plan leasePlan) func(ctx context.Context, env *Env, proc 
 			default:
 				rec.Fail(proc, history.Op{})
 			}
-			sleep(ctx, plan.beforeRelease(r, env.TTL))
+			sleep(ctx, holdRelease)
 			env.release(ctx, proc, history.Op{Key: leaseHash, Field: field, Owner: l.OwnerToken()},
 				func(ctx context.Context) (string, error) { return primRelease(ctx, l.Release) })
 		}

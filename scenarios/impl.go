@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sort"
 	"sync"
 	"time"
 
@@ -51,6 +52,16 @@ func RegisterImpl(l LockImpl) { extraImpls[l.Name()] = l }
 
 // Peers are the implementations other than prim that every lock scenario runs on.
 var Peers = []string{"redislock", "redsync"}
+
+// Mutants lists the registered deliberately broken implementations, by name.
+func Mutants() []string {
+	var out []string
+	for n := range extraImpls {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
 
 // NewImpl returns the named implementation: prim, a peer, or a registered one.
 func NewImpl(name string) (LockImpl, error) {

@@ -2,12 +2,16 @@ package scenarios_test
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/coordtorture/coordtorture/history"
 	"github.com/coordtorture/coordtorture/scenarios"
 	"github.com/coordtorture/coordtorture/testbed"
 )
@@ -169,5 +173,67 @@ func TestRegistryComplete(t *testing.T) {
 	}
 	if ss, err := scenarios.Match([]string{"*-cluster"}); err != nil || len(ss) != 6 {
 		t.Errorf("*-cluster matches %d scenarios, %v", len(ss), err)
+	}
+}
+
+// TestSameSeedSameSchedule: a scenario's fault schedule is a function of the
+// seed and the duration.
+func TestSameSeedSameSchedule(t *testing.T) {
+	sched := func(s *scenarios.Scenario, seed uint64) string {
+		var b strings.Builder
+		for _, e := range s.Nemesis(rand.New(rand.NewPCG(seed, 0)), 30*time.Second) {
+			fmt.Fprintf(&b, "%v %s; ", e.At, e.Name)
+		}
+		return b.String()
+	}
+	differs := 0
+	for _, s := range scenarios.All() {
+		if s.Nemesis == nil {
+			continue
+		}
+		a, b := sched(s, 42), sched(s, 42)
+		if a != b || a == "" {
+			t.Errorf("%s: seed 42 gave two schedules:\n%s\n%s", s.Name, a, b)
+		}
+		if sched(s, 43) != a {
+			differs++
+		}
+	}
+	if differs < 5 {
+		t.Errorf("only %d schedules depend on the seed", differs)
+	}
+}
+
+// TestSameSeedSameOperations: the k-th operation each process generates is
+// the same for a seed (here: the field each hash-lease attempt targets), on
+// two real runs whose timing differs.
+func TestSameSeedSameOperations(t *testing.T) {
+	fields := func(seed int64) map[int][]string {
+		out := run(t, "hash-lease/baseline", "prim", seed)
+		m := map[int][]string{}
+		for _, r := range out.Records {
+			if r.Type == history.Invoke && r.F == history.FAcquire {
+				m[r.Process] = append(m[r.Process], r.Field)
+			}
+		}
+		return m
+	}
+	a, b, c := fields(7), fields(7), fields(8)
+	same, other := 0, 0
+	for p := range a {
+		n := min(len(a[p]), len(b[p]), 20)
+		if n < 10 {
+			t.Fatalf("process %d made %d/%d attempts", p, len(a[p]), len(b[p]))
+		}
+		if !slices.Equal(a[p][:n], b[p][:n]) {
+			t.Errorf("process %d, seed 7: %v then %v", p, a[p][:n], b[p][:n])
+		}
+		same++
+		if m := min(n, len(c[p])); !slices.Equal(a[p][:m], c[p][:m]) {
+			other++
+		}
+	}
+	if same == 0 || other == 0 {
+		t.Errorf("%d processes compared, %d differ under another seed", same, other)
 	}
 }

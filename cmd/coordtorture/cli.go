@@ -61,7 +61,8 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.cluster, "cluster", false, "external: --addr is a cluster (needed when it is a single address)")
 	fs.StringVar(&f.user, "user", "", "external: ACL user name (password from $COORDTORTURE_PASSWORD)")
 	fs.BoolVar(&f.tls, "tls", false, "external: connect with TLS")
-	fs.StringVar(&f.impl, "impl", "prim", "implementation under test: prim, "+strings.Join(scenarios.Peers, ", "))
+	fs.StringVar(&f.impl, "impl", "prim", "implementation under test: prim, "+strings.Join(scenarios.Peers, ", ")+
+		", or a deliberately broken one the checkers must catch: "+strings.Join(scenarios.Mutants(), ", "))
 	fs.StringVar(&f.out, "out", "", "output directory (default runs/<time>)")
 	fs.DurationVar(&f.duration, "duration", 10*time.Second, "workload duration per scenario")
 	fs.DurationVar(&f.ttl, "ttl", 500*time.Millisecond, "lock lease duration")
@@ -247,6 +248,18 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 				return 2
 			}
 			for _, s := range ss {
+				if s.Topo.Build != "" && ext == nil {
+					// A scenario pinned to a build runs once, on that build.
+					if _, err := testbed.LookupBuild(s.Topo.Build); err != nil {
+						fmt.Fprintf(stderr, "coordtorture: %s runs on %s: %v\n", s.Name, s.Topo.Build, err)
+						return 2
+					}
+					if b != builds[0] {
+						continue
+					}
+					jobs = append(jobs, job{s, s.Topo.Build, seed, f.impl})
+					continue
+				}
 				jobs = append(jobs, job{s, b, seed, f.impl})
 			}
 		}

@@ -70,3 +70,38 @@ func TestRunWritesReportAndExitCodes(t *testing.T) {
 		t.Fatalf("replay: exit %d\n%s", code, out.String())
 	}
 }
+
+// TestMutantsThroughCLI: each deliberately broken implementation, run by the
+// command a user types, ends in FAIL (exit 1) with the evidence in the summary.
+func TestMutantsThroughCLI(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct{ impl, checker, evidence string }{
+		{"mutant-release-without-owner-check", "exclusion=FAIL", "validity windows overlap"},
+		{"mutant-resource-ignores-tokens", "fenced-resource=FAIL", "stale write accepted"},
+	} {
+		var out, errb bytes.Buffer
+		args := []string{"run", "--server", build(), "--impl", tc.impl, "--ttl", "200ms", "--duration", "4s", "--seed", "5",
+			"--out", filepath.Join(dir, tc.impl), "fenced-lock/pause-client"}
+		if code := run(args, &out, &errb); code != 1 {
+			t.Errorf("%s: exit %d, want 1\n%s\n%s", tc.impl, code, out.String(), errb.String())
+		}
+		if !strings.Contains(out.String(), tc.checker) || !strings.Contains(out.String(), tc.evidence) {
+			t.Errorf("%s: summary lacks %q with evidence %q:\n%s", tc.impl, tc.checker, tc.evidence, out.String())
+		}
+	}
+}
+
+// TestMissingBuild: a known build that was not fetched is a clear error that
+// says how to fetch it, before anything runs or is written.
+func TestMissingBuild(t *testing.T) {
+	t.Setenv("COORDTORTURE_SERVERS_DIR", t.TempDir())
+	dir := t.TempDir()
+	var out, errb bytes.Buffer
+	code := run([]string{"run", "--server", "redis-8.0", "--duration", "1s", "--out", filepath.Join(dir, "x"), "fenced-lock/baseline"}, &out, &errb)
+	if code != 2 || !strings.Contains(errb.String(), "make servers") {
+		t.Fatalf("exit %d, stderr %q: want 2 and a hint to run make servers", code, errb.String())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "x")); !os.IsNotExist(err) {
+		t.Fatalf("output directory written for a run that could not start: %v", err)
+	}
+}

@@ -8,6 +8,10 @@ import (
 	"os"
 
 	"github.com/redis/go-redis/v9"
+
+	// The deliberately broken implementations (--impl mutant-…), so a user can
+	// see the checkers catch them.
+	_ "github.com/coordtorture/coordtorture/scenarios/mutants"
 )
 
 // quiet drops go-redis's own log lines (sentinel master switches, reconnects):
