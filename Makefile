@@ -8,6 +8,7 @@ export COORDTORTURE_SERVERS_DIR := $(SERVERS_DIR)
 
 .PHONY: all servers test test-short lint vet fmt bench torture torture-long clean help
 TORTURE_DURATION ?= 5s
+TORTURE_IMPL ?= all
 TORTURE_OUT ?= runs/latest
 
 all: test
@@ -38,11 +39,11 @@ lint: vet $(STATICCHECK) ## gofmt, go vet and staticcheck
 vet:
 	$(GO) vet ./...
 
-torture: servers ## the default torture suite on local servers (report in runs/latest)
-	$(GO) run ./cmd/coordtorture run --duration $(TORTURE_DURATION) --out $(TORTURE_OUT) $(SCENARIOS)
+torture: servers ## the default suite: every scenario, prim and the peer libraries, on local servers (report in runs/latest)
+	$(GO) run ./cmd/coordtorture run --impl $(TORTURE_IMPL) --duration $(TORTURE_DURATION) --out $(TORTURE_OUT) $(SCENARIOS)
 
 torture-long: servers ## the suite for 2 minutes a scenario on every fetched build
-	$(GO) run ./cmd/coordtorture matrix --duration 2m --out runs/long $(SCENARIOS)
+	$(GO) run ./cmd/coordtorture matrix --impl $(TORTURE_IMPL) --duration 2m --out runs/long $(SCENARIOS)
 
 bench: servers ## benchmarks (prim beside its peers on the default build)
 	COORDTORTURE_SERVERS=redis-8.0 $(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./...

@@ -86,6 +86,20 @@ type External struct {
 	TLS        bool
 }
 
+// Supports reports whether s runs on the named implementation (a registered
+// mutant runs wherever its correct counterpart does).
+func (s *Scenario) Supports(impl string) bool {
+	if _, mutant := extraImpls[impl]; mutant || len(s.Impls) == 0 {
+		return true
+	}
+	for _, i := range s.Impls {
+		if i == impl || i == "prim" && impl == "" {
+			return true
+		}
+	}
+	return false
+}
+
 // Runnable reports whether s can run on an external deployment: it injects no
 // faults and needs no particular topology or server build.
 func (s *Scenario) Runnable(ext bool) error {
@@ -167,11 +181,7 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
-	_, registered := extraImpls[impl.Name()]
-	supported := len(s.Impls) == 0 || registered
-	for _, i := range s.Impls {
-		supported = supported || i == impl.Name()
-	}
+	supported := s.Supports(impl.Name())
 	if !supported {
 		return nil, fmt.Errorf("scenarios: %s does not run on %s (supports %v)", s.Name, impl.Name(), s.Impls)
 	}

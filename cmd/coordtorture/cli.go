@@ -61,7 +61,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.cluster, "cluster", false, "external: --addr is a cluster (needed when it is a single address)")
 	fs.StringVar(&f.user, "user", "", "external: ACL user name (password from $COORDTORTURE_PASSWORD)")
 	fs.BoolVar(&f.tls, "tls", false, "external: connect with TLS")
-	fs.StringVar(&f.impl, "impl", "prim", "implementation under test: prim, "+strings.Join(scenarios.Peers, ", ")+
+	fs.StringVar(&f.impl, "impl", "prim", "implementation(s) under test, comma-separated, or all (prim and the peers; each runs the scenarios that apply to it): prim, "+strings.Join(scenarios.Peers, ", ")+
 		", or a deliberately broken one the checkers must catch: "+strings.Join(scenarios.Mutants(), ", "))
 	fs.StringVar(&f.out, "out", "", "output directory (default runs/<time>)")
 	fs.DurationVar(&f.duration, "duration", 10*time.Second, "workload duration per scenario")
@@ -145,9 +145,15 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "coordtorture: unknown provider %q (local, external; docker is not available yet)\n", f.provider)
 		return 2
 	}
-	if _, err := scenarios.NewImpl(f.impl); err != nil {
-		fmt.Fprintln(stderr, "coordtorture:", err)
-		return 2
+	impls := strings.Split(f.impl, ",")
+	if f.impl == "all" {
+		impls = append([]string{"prim"}, scenarios.Peers...)
+	}
+	for _, i := range impls {
+		if _, err := scenarios.NewImpl(i); err != nil {
+			fmt.Fprintln(stderr, "coordtorture:", err)
+			return 2
+		}
 	}
 	if f.serverBin != "" {
 		os.Setenv(testbed.EnvServerBin, f.serverBin)
@@ -242,26 +248,44 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 				}
 			}
 		}
+		unsupported := 0
 		for _, b := range builds {
 			if _, err := testbed.LookupBuild(b); err != nil && ext == nil {
 				fmt.Fprintf(stderr, "coordtorture: %v\n", err)
 				return 2
 			}
 			for _, s := range ss {
-				if s.Topo.Build != "" && ext == nil {
-					// A scenario pinned to a build runs once, on that build.
-					if _, err := testbed.LookupBuild(s.Topo.Build); err != nil {
-						fmt.Fprintf(stderr, "coordtorture: %s runs on %s: %v\n", s.Name, s.Topo.Build, err)
-						return 2
-					}
-					if b != builds[0] {
+				for _, impl := range impls {
+					if !s.Supports(impl) {
+						if len(impls) == 1 && len(ss) == 1 {
+							fmt.Fprintf(stderr, "coordtorture: %s does not run on %s (it runs on %s)\n", s.Name, impl, strings.Join(s.Impls, ", "))
+							return 2
+						}
+						unsupported++ // each implementation runs where it applies
 						continue
 					}
-					jobs = append(jobs, job{s, s.Topo.Build, seed, f.impl})
-					continue
+					if s.Topo.Build != "" && ext == nil {
+						// A scenario pinned to a build runs once, on that build.
+						if _, err := testbed.LookupBuild(s.Topo.Build); err != nil {
+							fmt.Fprintf(stderr, "coordtorture: %s runs on %s: %v\n", s.Name, s.Topo.Build, err)
+							return 2
+						}
+						if b != builds[0] {
+							continue
+						}
+						jobs = append(jobs, job{s, s.Topo.Build, seed, impl})
+						continue
+					}
+					jobs = append(jobs, job{s, b, seed, impl})
 				}
-				jobs = append(jobs, job{s, b, seed, f.impl})
 			}
+		}
+		if len(jobs) == 0 {
+			fmt.Fprintf(stderr, "coordtorture: none of the selected scenarios runs on %s\n", f.impl)
+			return 2
+		}
+		if unsupported > 0 && len(impls) == 1 {
+			fmt.Fprintf(stderr, "coordtorture: %d selected scenario run(s) do not apply to %s and are skipped\n", unsupported, f.impl)
 		}
 	}
 	out := f.out

@@ -27,7 +27,8 @@ func TestCLI(t *testing.T) {
 		t.Fatalf("help: %d\n%s", code, out.String())
 	}
 	for _, bad := range [][]string{{"frobnicate"}, {"run", "no-such-scenario"}, {"run", "--server", "redis-6.2", "fenced-lock/baseline"},
-		{"run", "--duration", "-1s"}, {"run", "--provider", "docker"}, {"run", "--impl", "nope", "--duration", "1s", "fenced-lock/baseline"}} {
+		{"run", "--duration", "-1s"}, {"run", "--provider", "docker"}, {"run", "--impl", "nope", "--duration", "1s", "fenced-lock/baseline"},
+		{"run", "--impl", "redislock", "waiting-lock/handoff"}, {"run", "--impl", "prim,nope", "fenced-lock/baseline"}} {
 		errb.Reset()
 		if code := run(bad, &out, &errb); code != 2 {
 			t.Errorf("%v: exit %d, want 2 (stderr %q)", bad, code, errb.String())
