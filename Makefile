@@ -9,6 +9,7 @@ export COORDTORTURE_SERVERS_DIR := $(SERVERS_DIR)
 .PHONY: all servers test test-short lint vet fmt bench torture torture-long clean help
 TORTURE_DURATION ?= 5s
 TORTURE_IMPL ?= all
+TORTURE_LONG_DURATION ?= 1m
 TORTURE_OUT ?= runs/latest
 
 all: test
@@ -42,8 +43,8 @@ vet:
 torture: servers ## the default suite: every scenario, prim and the peer libraries, on local servers (report in runs/latest)
 	$(GO) run ./cmd/coordtorture run --impl $(TORTURE_IMPL) --duration $(TORTURE_DURATION) --out $(TORTURE_OUT) $(SCENARIOS)
 
-torture-long: servers ## the suite for 2 minutes a scenario on every fetched build
-	$(GO) run ./cmd/coordtorture matrix --impl $(TORTURE_IMPL) --duration 2m --out runs/long $(SCENARIOS)
+torture-long: servers ## the suite on every fetched build, TORTURE_LONG_DURATION (1m) a scenario: about 4 hours
+	$(GO) run ./cmd/coordtorture matrix --impl $(TORTURE_IMPL) --duration $(TORTURE_LONG_DURATION) --out runs/long $(SCENARIOS)
 
 bench: servers ## benchmarks (prim beside its peers on the default build)
 	COORDTORTURE_SERVERS=redis-8.0 $(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./...

@@ -26,6 +26,7 @@ func clusterFailover(key func(*Env) string) func(*rand.Rand, time.Duration) []Ev
 			if err != nil {
 				return err
 			}
+			e.Note("slot %d to %s", prim.Slot(key(e)), r.Name)
 			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			defer cancel()
 			return e.Topo.ClusterFailover(fctx, r.Name, "")

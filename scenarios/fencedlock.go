@@ -111,14 +111,19 @@ func healAll(_ context.Context, e *Env, _ *rand.Rand) error { return e.Topo.Heal
 func partitionClients(r *rand.Rand, d, gap, hold time.Duration) []Event {
 	return every(r, d, gap, hold, "partition a client",
 		func(_ context.Context, e *Env, r *rand.Rand) error {
-			return e.Topo.Partition(Peer(r.IntN(len(e.Clients))), "n1")
+			c := Peer(r.IntN(len(e.Clients)))
+			e.Note("%s cut from n1", c)
+			return e.Topo.Partition(c, "n1")
 		}, healAll)
 }
 
 // sentinelFailover asks the sentinels to fail over once, a third of the way in.
 func sentinelFailover(_ *rand.Rand, d time.Duration) []Event {
 	return []Event{{At: d / 3, Name: "SENTINEL FAILOVER", Do: func(ctx context.Context, e *Env) error {
-		_, err := e.Topo.FailoverSentinel(ctx)
+		n, err := e.Topo.FailoverSentinel(ctx)
+		if err == nil {
+			e.Note("new primary %s", n.Name)
+		}
 		return err
 	}}}
 }
@@ -228,7 +233,10 @@ func init() {
 			return []Event{
 				{At: at, Name: "cut replication n2↔n1", Do: func(_ context.Context, e *Env) error { return e.Topo.Partition("n2", "n1") }},
 				{At: at + time.Second, Name: "SENTINEL FAILOVER (forced, replica behind)", Do: func(ctx context.Context, e *Env) error {
-					_, err := e.Topo.FailoverSentinel(ctx)
+					n, err := e.Topo.FailoverSentinel(ctx)
+					if err == nil {
+						e.Note("new primary %s", n.Name)
+					}
 					return err
 				}},
 				{At: at + 1500*time.Millisecond, Name: "heal", Do: func(_ context.Context, e *Env) error { return e.Topo.HealAll() }},

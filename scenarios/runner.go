@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -260,7 +261,12 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 			}
 			at := time.Since(start)
 			el := EventLog{At: at, Name: ev.Name}
-			if err := ev.Do(wctx, env); err != nil {
+			env.note = nil
+			err := ev.Do(wctx, env)
+			if len(env.note) > 0 {
+				el.Name += " (" + strings.Join(env.note, "; ") + ")"
+			}
+			if err != nil {
 				el.Err = err.Error()
 				cfg.Logf("nemesis %s at %v: %v", ev.Name, at.Round(time.Millisecond), err)
 			}

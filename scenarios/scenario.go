@@ -129,7 +129,13 @@ type Env struct {
 	rands   []*rand.Rand
 	virtual atomic.Int64 // acquisition numbers for unfenced implementations
 	coords  coordinators
+	note    []string // what the running nemesis event chose (Note)
 }
+
+// Note records what the running nemesis event chose or found ("c3 cut from
+// n1", "new primary n2"): the report shows it beside the event's name. Only a
+// nemesis event's Do calls it.
+func (e *Env) Note(format string, args ...any) { e.note = append(e.note, fmt.Sprintf(format, args...)) }
 
 // Rand is the process's own seeded random source.
 func (e *Env) Rand(proc int) *rand.Rand { return e.rands[proc] }
