@@ -111,6 +111,37 @@ func allSeq(h *history.History, idx []int) bool {
 	return true
 }
 
+// returnedMax answers "the ok operation with the largest token among those
+// that returned strictly before t", for the real-time order rules: an
+// operation invoked at t comes after every one of them.
+type returnedMax struct {
+	h      *history.History
+	ret    []int64 // completion times, ascending
+	argmax []int   // argmax[n]: the op with the largest token among the first n+1
+}
+
+func newReturnedMax(h *history.History, oks []int) returnedMax {
+	by := slices.Clone(oks)
+	slices.SortFunc(by, func(a, b int) int { return cmp.Compare(h.Ops[a].Return, h.Ops[b].Return) })
+	rm := returnedMax{h: h, ret: make([]int64, len(by)), argmax: make([]int, len(by))}
+	for n, k := range by {
+		rm.ret[n], rm.argmax[n] = h.Ops[k].Return, k
+		if n > 0 && h.Ops[rm.argmax[n-1]].Token >= h.Ops[k].Token {
+			rm.argmax[n] = rm.argmax[n-1]
+		}
+	}
+	return rm
+}
+
+// before returns that operation, or nil when none returned before t.
+func (rm returnedMax) before(t int64) *history.Operation {
+	m := sort.Search(len(rm.ret), func(n int) bool { return rm.ret[n] >= t })
+	if m == 0 {
+		return nil
+	}
+	return &rm.h.Ops[rm.argmax[m-1]]
+}
+
 // infoIndex answers "the largest token of an info write invoked at or
 // before t" for the lenient rejection rule.
 type infoIndex struct {
@@ -187,21 +218,13 @@ func fencedBySeq(h *history.History, key string, idx []int, c *collector) {
 }
 
 func fencedRealTime(h *history.History, key string, idx []int, c *collector) {
-	// ok writes by completion, with the running maximum token.
 	var oks []int
 	for _, k := range idx {
 		if h.Ops[k].Type == history.OK {
 			oks = append(oks, k)
 		}
 	}
-	slices.SortFunc(oks, func(a, b int) int { return cmp.Compare(h.Ops[a].Return, h.Ops[b].Return) })
-	arg := make([]int, len(oks))
-	for n, k := range oks {
-		arg[n] = k
-		if n > 0 && h.Ops[arg[n-1]].Token >= h.Ops[k].Token {
-			arg[n] = arg[n-1]
-		}
-	}
+	accepted := newReturnedMax(h, oks)
 	// Writes that may have been applied (ok or info), by invocation.
 	maybe := newInfoIndex(h, idx, func(op *history.Operation) bool { return op.Type != history.Fail })
 	for _, k := range idx {
@@ -212,11 +235,7 @@ func fencedRealTime(h *history.History, key string, idx []int, c *collector) {
 				c.fail(key, fmt.Sprintf("write with non-positive token %d accepted", op.Token), op)
 				continue
 			}
-			m := sort.Search(len(oks), func(n int) bool { return h.Ops[oks[n]].Return >= op.T })
-			if m == 0 {
-				continue
-			}
-			if prev := &h.Ops[arg[m-1]]; prev.Token > op.Token {
+			if prev := accepted.before(op.T); prev != nil && prev.Token > op.Token {
 				if c.full() {
 					c.skip()
 					continue

@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
-	"sort"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -132,22 +131,10 @@ func directTokenCheck(h *history.History, key string, idx []int, c *collector) {
 	}
 	// Real-time order: the largest token among acquisitions that returned
 	// strictly before op was invoked must be smaller than op's.
-	byReturn := slices.Clone(oks)
-	slices.SortFunc(byReturn, func(a, b int) int { return cmp.Compare(h.Ops[a].Return, h.Ops[b].Return) })
-	arg := make([]int, len(byReturn)) // arg[n]: index of the max token in byReturn[:n+1]
-	for n := range byReturn {
-		arg[n] = byReturn[n]
-		if n > 0 && h.Ops[arg[n-1]].Token >= h.Ops[byReturn[n]].Token {
-			arg[n] = arg[n-1]
-		}
-	}
+	granted := newReturnedMax(h, oks)
 	for _, k := range oks {
 		op := &h.Ops[k]
-		m := sort.Search(len(byReturn), func(n int) bool { return h.Ops[byReturn[n]].Return >= op.T })
-		if m == 0 {
-			continue
-		}
-		if prev := &h.Ops[arg[m-1]]; prev.Token > op.Token {
+		if prev := granted.before(op.T); prev != nil && prev.Token > op.Token {
 			if c.full() {
 				c.skip()
 				continue
