@@ -17,8 +17,9 @@ all: test
 help: ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-servers: ## fetch the pinned Redis/Valkey builds into .servers/ (idempotent)
+servers: ## fetch the pinned Redis/Valkey builds and headless chromium (for the report test) into .servers/ (idempotent)
 	@scripts/fetch-servers.sh
+	@scripts/fetch-chromium.sh
 
 test: servers lint ## the full test suite, on every server build of the matrix
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...

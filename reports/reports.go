@@ -1,9 +1,12 @@
 // Package reports renders scenario outcomes: a text summary, JSON, JUnit XML
-// (one test case per scenario × property) and every history as JSONL that
+// (one test case per scenario × property), a self-contained HTML page (verdict
+// table, per-scenario timelines of lock holders and faults, latency
+// histograms), porcupine's visualizations, and every history as JSONL that
 // cmd/fencecheck can check again offline.
 package reports
 
 import (
+	"bufio"
 	"encoding/json"
 	"encoding/xml"
 	"fmt"
@@ -42,7 +45,7 @@ func HistoryFile(o *scenarios.Outcome) string {
 // WriteSummary writes the verdict table.
 func WriteSummary(w io.Writer, r *Run) error {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCENARIO\tIMPL\tSERVER\tOPS\tVERDICT\tPROPERTIES")
+	fmt.Fprintln(tw, "SCENARIO\tIMPL\tSERVER\tOPS\tOPS/S\tVERDICT\tPROPERTIES")
 	for _, o := range r.Outcomes {
 		var ps []string
 		for _, p := range o.Results {
@@ -51,7 +54,11 @@ func WriteSummary(w io.Writer, r *Run) error {
 		if o.Error != "" {
 			ps = append(ps, "error: "+o.Error)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", o.Scenario, o.Impl, o.Build, o.Ops, o.Verdict, strings.Join(ps, " "))
+		rate := "-"
+		if o.Duration > 0 && o.Ops > 0 {
+			rate = fmt.Sprintf("%.0f", float64(o.Ops)/o.Duration.Seconds())
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", o.Scenario, o.Impl, o.Build, o.Ops, rate, o.Verdict, strings.Join(ps, " "))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -135,11 +142,27 @@ func WriteJUnit(w io.Writer, r *Run) error {
 	return enc.Encode(out)
 }
 
-// WriteDir writes summary.txt, report.json, junit.xml and histories/*.jsonl
-// into dir (created if needed).
+// WriteDir writes summary.txt, report.json, junit.xml, index.html,
+// histories/*.jsonl and, for every property whose checker drew one, its
+// porcupine visualization (viz/*.html, see VisualizationFile) into dir
+// (created if needed).
 func WriteDir(dir string, r *Run) error {
 	if err := os.MkdirAll(filepath.Join(dir, "histories"), 0o755); err != nil {
 		return err
+	}
+	for _, o := range r.Outcomes {
+		for _, p := range o.Results {
+			if p.Result.Visualization == nil {
+				continue
+			}
+			name := filepath.Join(dir, filepath.FromSlash(VisualizationFile(o, p.Checker)))
+			if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
+				return err
+			}
+			if err := os.WriteFile(name, p.Result.Visualization, 0o644); err != nil {
+				return err
+			}
+		}
 	}
 	for _, o := range r.Outcomes {
 		f, err := os.Create(filepath.Join(dir, HistoryFile(o)))
@@ -172,6 +195,15 @@ func WriteDir(dir string, r *Run) error {
 		return err
 	}
 	if err := write("junit.xml", func(w io.Writer) error { return WriteJUnit(w, r) }); err != nil {
+		return err
+	}
+	if err := write("index.html", func(w io.Writer) error {
+		bw := bufio.NewWriter(w)
+		if err := WriteHTML(bw, r); err != nil {
+			return err
+		}
+		return bw.Flush()
+	}); err != nil {
 		return err
 	}
 	return write("report.json", func(w io.Writer) error {

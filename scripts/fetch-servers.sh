@@ -11,6 +11,8 @@
 #        COORDTORTURE_DEBIAN_MIRROR the Debian archive URI (default: the first URIs: of
 #                                   the system's own Debian apt sources)
 # Idempotent: a tree whose manifest is complete is left alone.
+# The private apt lives in debian-apt.sh; `make servers` also runs fetch-chromium.sh
+# (headless chromium for the HTML report test).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -36,66 +38,9 @@ if [ ${#want[@]} -gt 0 ]; then
   done
 fi
 
-mirror() {
-  if [ -n "${COORDTORTURE_DEBIAN_MIRROR:-}" ]; then echo "$COORDTORTURE_DEBIAN_MIRROR"; return; fi
-  local u=""
-  for f in /etc/apt/sources.list.d/*.sources; do
-    [ -f "$f" ] || continue
-    u=$(awk '/^URIs:/{for(i=2;i<=NF;i++) if ($i !~ /security/) {print $i; exit}}' "$f")
-    [ -n "$u" ] && { echo "$u"; return; }
-  done
-  if [ -f /etc/apt/sources.list ]; then
-    u=$(awk '$1=="deb" && $0 !~ /security/ {for(i=2;i<=NF;i++) if ($i ~ /^[a-z]+:\/\//) {print $i; exit}}' /etc/apt/sources.list)
-    [ -n "$u" ] && { echo "$u"; return; }
-  fi
-  echo "fetch-servers: cannot find a Debian mirror in the system's apt sources; set COORDTORTURE_DEBIAN_MIRROR" >&2
-  exit 1
-}
-
-keyring=/usr/share/keyrings/debian-archive-keyring.gpg
-[ -f "$keyring" ] || { echo "fetch-servers: $keyring missing (apt-get install debian-archive-keyring)" >&2; exit 1; }
-
-# apt_for SUITE: prepares a private apt state for SUITE and sets APT_OPTS.
-declare -A updated=()
-apt_for() {
-  local suite=$1 root=$dest/.apt/$suite
-  mkdir -p "$root/etc/sources.list.d" "$root/etc/preferences.d" "$root/state/lists/partial" "$root/cache/archives/partial" "$root/debs"
-  printf 'deb [signed-by=%s] %s %s main\n' "$keyring" "$(mirror)" "$suite" >"$root/etc/sources.list"
-  : >"$root/status"
-  APT_OPTS=(-o "Dir::Etc::SourceList=$root/etc/sources.list" -o "Dir::Etc::SourceParts=$root/etc/sources.list.d"
-    -o "Dir::Etc::Preferences=$root/etc/preferences" -o "Dir::Etc::PreferencesParts=$root/etc/preferences.d"
-    -o "Dir::State=$root/state" -o "Dir::State::status=$root/status" -o "Dir::Cache=$root/cache" -o "Dir::Cache::pkgcache=$root/cache/pkgcache.bin" -o "Dir::Cache::srcpkgcache=$root/cache/srcpkgcache.bin"
-    -o "APT::Architecture=amd64" -o "APT::Architectures=amd64" -o "Acquire::Languages=none"
-    -o "Acquire::IndexTargets::deb::DEP-11::DefaultEnabled=false"
-    -o "Acquire::IndexTargets::deb::DEP-11-icons::DefaultEnabled=false"
-    -o "Acquire::IndexTargets::deb::DEP-11-icons-small::DefaultEnabled=false"
-    -o "Debug::NoLocking=1")
-  APT_ROOT=$root
-  if [ -z "${updated[$suite]:-}" ]; then
-    echo "fetch-servers: reading the $suite package index" >&2
-    apt-get -q "${APT_OPTS[@]}" update >"$root/update.log" 2>&1 || { cat "$root/update.log" >&2; exit 1; }
-    updated[$suite]=1
-  fi
-}
-
-# closure PKG…: the packages themselves plus every lib*/lua* package they depend on, recursively.
-closure() {
-  local -A seen=()
-  local queue=("$@") p d
-  while [ ${#queue[@]} -gt 0 ]; do
-    p=${queue[0]}; queue=("${queue[@]:1}")
-    [ -n "${seen[$p]:-}" ] && continue
-    seen[$p]=1
-    echo "$p"
-    while read -r d; do
-      case "$d" in lib*|lua*) [ -z "${seen[$d]:-}" ] && queue+=("$d");; esac
-    done < <(apt-cache "${APT_OPTS[@]}" depends --no-recommends --no-suggests --no-conflicts --no-breaks \
-               --no-replaces --no-enhances "$p" 2>/dev/null |
-             awk '$1 ~ /^(\|)?(Pre)?Depends:$/ && $2 !~ /^</ {print $2}' | sort -u)
-  done
-}
-
-version_of() { apt-cache "${APT_OPTS[@]}" show --no-all-versions "$1" 2>/dev/null | awk '/^Version:/{print $2; exit}'; }
+prog=fetch-servers
+# shellcheck source=scripts/debian-apt.sh
+. "$here/scripts/debian-apt.sh"
 
 for b in "${builds[@]}"; do
   set -- $b
@@ -128,20 +73,18 @@ for b in "${builds[@]}"; do
     echo "fetched: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "packages:"
   } >"$tree.tmp/MANIFEST.tmp"
+  versions "${pkgs[@]}"
   for p in "${pkgs[@]}"; do
-    v=$(version_of "$p")
-    f=$(ls "$APT_ROOT/debs/${p}_"*"_"*.deb 2>/dev/null | while read -r cand; do
-          [ "$(dpkg-deb -f "$cand" Version)" = "$v" ] && echo "$cand"; done | head -1)
+    v=${VERSION[$p]:-}
+    f=$(deb_of "$p" "$v")
     [ -n "$f" ] || { echo "fetch-servers: $name: no downloaded .deb for $p $v" >&2; exit 1; }
     dpkg-deb -x "$f" "$tree.tmp"
     echo "  - $p $v" >>"$tree.tmp/MANIFEST.tmp"
   done
-  # Debian before trixie ships the loader under /lib, trixie and later under /usr/lib.
-  ld=""
-  for cand in usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 lib64/ld-linux-x86-64.so.2; do
-    [ -e "$tree.tmp/$cand" ] && { ld=$tree.tmp/$cand; echo "loader: $cand" >>"$tree.tmp/MANIFEST.tmp"; break; }
-  done
-  [ -n "$ld" ] || { echo "fetch-servers: $name: the tree has no dynamic loader (libc6 not unpacked?)" >&2; exit 1; }
+  rel=$(loader_of "$tree.tmp")
+  [ -n "$rel" ] || { echo "fetch-servers: $name: the tree has no dynamic loader (libc6 not unpacked?)" >&2; exit 1; }
+  ld=$tree.tmp/$rel
+  echo "loader: $rel" >>"$tree.tmp/MANIFEST.tmp"
   libs=$tree.tmp/lib/x86_64-linux-gnu:$tree.tmp/usr/lib/x86_64-linux-gnu
   [ -d "$tree.tmp/usr/lib/x86_64-linux-gnu/faketime" ] && libs=$libs:$tree.tmp/usr/lib/x86_64-linux-gnu/faketime
   for exe in "$tree.tmp/usr/bin/$bin" "$tree.tmp/usr/bin/${bin%-server}-cli"; do

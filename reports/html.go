@@ -1,0 +1,305 @@
+package reports
+
+import (
+	_ "embed"
+	"fmt"
+	"html/template"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/coordtorture/coordtorture/history"
+	"github.com/coordtorture/coordtorture/scenarios"
+)
+
+// Bounds on the HTML report, so that a page stays a few megabytes whatever
+// the length of the histories.
+const (
+	// MaxTimelineBars is the most bars (holds and operations) one scenario's
+	// timeline draws. Beyond it, bars of one lane closer than a growing
+	// distance are merged into one, and the page says so.
+	MaxTimelineBars = 3000
+	// MaxPageBars bounds the bars of all timelines of a page together: a run
+	// of many scenarios gets fewer bars per scenario (but at least 300).
+	MaxPageBars = 60000
+	// MaxTimelineLanes is the most processes a timeline draws a lane for.
+	MaxTimelineLanes = 64
+	// MaxEvents is the most nemesis events a timeline draws and lists.
+	MaxEvents = 500
+	// MaxEvidence is the most evidence entries a property lists (and marks
+	// on the timeline).
+	MaxEvidence = 20
+	// MaxEvidenceOps is the most operations of one evidence entry marked on
+	// the timeline.
+	MaxEvidenceOps = 20
+	// maxEvidenceText bounds the text of one evidence entry, in bytes.
+	maxEvidenceText = 8000
+)
+
+//go:embed report.html.tmpl
+var pageSource string
+
+var pageTemplate = template.Must(template.New("report").Funcs(template.FuncMap{
+	"f":   fmtCoord,
+	"vcl": verdictClass,
+	"add": func(a, b float64) float64 { return a + b },
+	"sub": func(a, b float64) float64 { return a - b },
+}).Parse(pageSource))
+
+// VisualizationFile is the file name, inside a run directory, of the
+// porcupine visualization of an outcome's property (written by WriteDir when
+// the checker's Result carries one, and linked from index.html).
+func VisualizationFile(o *scenarios.Outcome, checker string) string {
+	return "viz/" + fileSafe(strings.ReplaceAll(o.Scenario, "/", "__")+"."+o.Impl+"."+o.Build+"."+checker) + ".html"
+}
+
+// fileSafe replaces every byte that is not a letter, digit, '.', '_' or '-'
+// with '_', so that a name is a safe file name and relative URL.
+func fileSafe(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '.', c == '_', c == '-':
+		default:
+			b[i] = '_'
+		}
+	}
+	if len(b) == 0 || b[0] == '.' {
+		return "_" + string(b)
+	}
+	return string(b)
+}
+
+// WriteHTML writes index.html: one self-contained page (inline CSS, SVG and
+// a little script; no external resource) with the verdict table, a timeline
+// of every scenario (lock holders per process, fault windows, violations),
+// latency histograms per operation kind, and links to the histories and
+// porcupine visualizations that WriteDir writes next to it. Every string from
+// the run is escaped.
+func WriteHTML(w io.Writer, r *Run) error {
+	return pageTemplate.Execute(w, buildPage(r))
+}
+
+// page is what the template renders.
+type page struct {
+	Title    string
+	Started  string
+	Command  string
+	Verdict  scenarios.Verdict
+	Counts   []verdictCount
+	Outcomes []*pageOutcome
+}
+
+type verdictCount struct {
+	Verdict scenarios.Verdict
+	N       int
+}
+
+type pageOutcome struct {
+	ID       string
+	Scenario string
+	Impl     string
+	Build    string
+	Seed     int64
+	Clients  int
+	Duration string
+	Ops      int
+	Verdict  scenarios.Verdict
+	Error    string
+	History  string
+	Props    []pageProp
+	Timeline *timeline
+	Events   []pageEvent
+	More     int // events not listed
+	Hists    []*histogram
+	Problem  string // the history could not be read
+}
+
+type pageProp struct {
+	Checker    string
+	Expect     string
+	Verdict    scenarios.Verdict
+	Summary    string
+	Violations int
+	Elapsed    string
+	Viz        string
+	Evidence   []pageEvidence
+	Omitted    int // evidence entries not shown
+}
+
+type pageEvidence struct {
+	ID     string // "E3"
+	Anchor string // element id
+	Text   string
+	Marked bool // drawn on the timeline
+}
+
+type pageEvent struct {
+	ID    string
+	At    string
+	Name  string
+	Err   string
+	Until string // the heal that ended the window, if any
+}
+
+func buildPage(r *Run) *page {
+	p := &page{Command: r.Command, Verdict: r.Verdict()}
+	if !r.Started.IsZero() {
+		p.Started = r.Started.Format(time.RFC3339)
+	}
+	p.Title = fmt.Sprintf("coordtorture %s", p.Verdict)
+	if p.Started != "" {
+		p.Title += " · " + p.Started
+	}
+	count := map[scenarios.Verdict]int{}
+	for _, o := range r.Outcomes {
+		count[o.Verdict]++
+	}
+	for _, v := range []scenarios.Verdict{scenarios.Fail, scenarios.Unknown, scenarios.Hazard, scenarios.Pass} {
+		if count[v] > 0 {
+			p.Counts = append(p.Counts, verdictCount{v, count[v]})
+		}
+	}
+	budget := MaxTimelineBars
+	if n := len(r.Outcomes); n > 0 && MaxPageBars/n < budget {
+		budget = max(300, MaxPageBars/n)
+	}
+	for i, o := range r.Outcomes {
+		p.Outcomes = append(p.Outcomes, buildOutcome(i, o, budget))
+	}
+	return p
+}
+
+func buildOutcome(i int, o *scenarios.Outcome, budget int) *pageOutcome {
+	po := &pageOutcome{ID: fmt.Sprintf("s%d", i+1), Scenario: o.Scenario, Impl: o.Impl, Build: o.Build,
+		Seed: o.Seed, Clients: o.Clients, Ops: o.Ops, Verdict: o.Verdict, Error: o.Error,
+		History: HistoryFile(o)}
+	if o.Duration > 0 {
+		po.Duration = o.Duration.String()
+	}
+	h, err := history.New(o.Records)
+	if err != nil {
+		po.Problem = "the history is malformed, so it is not drawn: " + err.Error()
+		h = &history.History{}
+	}
+	nev := 0
+	for _, pr := range o.Results {
+		pp := pageProp{Checker: pr.Checker, Expect: pr.Expect, Verdict: pr.Verdict, Summary: pr.Result.Summary,
+			Violations: pr.Result.Violations, Elapsed: pr.Result.Elapsed.Round(time.Millisecond).String()}
+		if pr.Result.Visualization != nil {
+			pp.Viz = VisualizationFile(o, pr.Checker)
+		}
+		if pr.Verdict != scenarios.Pass {
+			for k, e := range pr.Result.Evidence {
+				if k == MaxEvidence {
+					pp.Omitted = len(pr.Result.Evidence) - k
+					break
+				}
+				nev++
+				text := e.String()
+				if len(text) > maxEvidenceText {
+					text = text[:maxEvidenceText] + " …"
+				}
+				pp.Evidence = append(pp.Evidence, pageEvidence{ID: fmt.Sprintf("E%d", nev),
+					Anchor: fmt.Sprintf("%s-e%d", po.ID, nev), Text: text, Marked: len(e.Ops) > 0})
+			}
+		}
+		po.Props = append(po.Props, pp)
+	}
+	tl, evs, more := buildTimeline(po.ID, o, h, budget)
+	po.Timeline, po.Events, po.More = tl, evs, more
+	po.Hists = buildHistograms(h)
+	return po
+}
+
+func verdictClass(v scenarios.Verdict) string {
+	switch v {
+	case scenarios.Pass:
+		return "pass"
+	case scenarios.Hazard:
+		return "hazard"
+	case scenarios.Fail:
+		return "fail"
+	}
+	return "unknown"
+}
+
+// fmtCoord formats an SVG coordinate with one decimal.
+func fmtCoord(v float64) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return "0"
+	}
+	s := strconv.FormatFloat(v, 'f', 1, 64)
+	return strings.TrimSuffix(s, ".0")
+}
+
+// fmtNs formats a history time or a duration in nanoseconds for humans.
+func fmtNs(ns int64) string {
+	if ns == history.Never {
+		return "never"
+	}
+	d := time.Duration(ns)
+	a := d
+	if a < 0 {
+		a = -a
+	}
+	switch {
+	case a >= time.Second:
+		return strconv.FormatFloat(d.Seconds(), 'f', 3, 64) + "s"
+	case a >= time.Millisecond:
+		return strconv.FormatFloat(float64(d)/1e6, 'f', 2, 64) + "ms"
+	case a >= time.Microsecond:
+		return strconv.FormatFloat(float64(d)/1e3, 'f', 1, 64) + "µs"
+	}
+	return strconv.FormatInt(ns, 10) + "ns"
+}
+
+// niceStep is a 1, 2 or 5 × 10^k step that divides span into at most n parts.
+func niceStep(span float64, n int) float64 {
+	if span <= 0 || n <= 0 {
+		return 1
+	}
+	raw := span / float64(n)
+	p := math.Pow(10, math.Floor(math.Log10(raw)))
+	for _, m := range []float64{1, 2, 5, 10} {
+		if m*p >= raw {
+			return m * p
+		}
+	}
+	return 10 * p
+}
+
+// fmtTick formats a tick at t ns on an axis with the given step.
+func fmtTick(t, step float64) string {
+	if t == 0 {
+		return "0"
+	}
+	units := []struct {
+		ns   float64
+		name string
+	}{{1e9, "s"}, {1e6, "ms"}, {1e3, "µs"}, {1, "ns"}}
+	for i, u := range units {
+		if step >= u.ns || u.ns == 1 {
+			if i > 0 && t >= units[i-1].ns {
+				// 1000ms is 1s, 1500ms 1.5s.
+				return strconv.FormatFloat(t/units[i-1].ns, 'f', -1, 64) + units[i-1].name
+			}
+			v := t / u.ns
+			dec := 0
+			for s := step / u.ns; s < 1 && dec < 3; s *= 10 {
+				dec++
+			}
+			return strconv.FormatFloat(v, 'f', dec, 64) + u.name
+		}
+	}
+	return ""
+}
+
+var acquires = map[string]bool{
+	history.FAcquire: true, history.FAcquireWait: true,
+	history.FAcquireRead: true, history.FAcquireReadWait: true,
+	history.FAcquireWrite: true, history.FAcquireWriteWait: true,
+	history.FSemAcquire: true, history.FSemAcquireWait: true,
+}
