@@ -110,7 +110,8 @@ type junitMessage struct {
 }
 
 // WriteJUnit writes one test case per scenario × property: FAIL and UNKNOWN
-// are failures, HAZARD passes with its evidence in system-out.
+// are failures, HAZARD passes with its evidence in system-out. A run that
+// went wrong (its Error) adds a failing case named "run".
 func WriteJUnit(w io.Writer, r *Run) error {
 	var out junitSuites
 	for _, o := range r.Outcomes {
@@ -131,6 +132,14 @@ func WriteJUnit(w io.Writer, r *Run) error {
 			}
 			s.Cases = append(s.Cases, c)
 			s.Tests++
+		}
+		if o.Error != "" {
+			// The run itself went wrong (servers did not start, a fault did
+			// not happen): a failing case of its own, so CI shows it.
+			s.Cases = append(s.Cases, junitCase{Name: "run", ClassName: strings.ReplaceAll(o.Scenario, "/", "."),
+				Failure: &junitMessage{Message: string(o.Verdict) + ": " + strings.SplitN(o.Error, "\n", 2)[0], Body: o.Error}})
+			s.Tests++
+			s.Failures++
 		}
 		out.Suites = append(out.Suites, s)
 	}

@@ -80,3 +80,16 @@ func TestSummaryAndDir(t *testing.T) {
 		t.Fatalf("history round trip: %v %+v", err, h)
 	}
 }
+
+func TestJUnitRunErrorIsAFailingCase(t *testing.T) {
+	r := &reports.Run{Outcomes: []*scenarios.Outcome{{Scenario: "fenced-lock/failover-forced", Impl: "prim", Build: "redis-8.0",
+		Verdict: scenarios.Unknown, Error: "nemesis event \"SENTINEL FAILOVER\" at 2s failed: timed out\nmore"}}}
+	var b bytes.Buffer
+	if err := reports.WriteJUnit(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), `<testcase name="run"`) || !strings.Contains(b.String(), `failures="1"`) ||
+		!strings.Contains(b.String(), "UNKNOWN: nemesis event") {
+		t.Fatalf("no failing run case:\n%s", b.String())
+	}
+}

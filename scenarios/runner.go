@@ -333,6 +333,18 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 		out.Results = append(out.Results, PropertyResult{Property: p, Checker: p.Checker, Expect: p.Expect.String(), Verdict: v, Result: r})
 		vs = append(vs, v)
 	}
+	// A fault that did not happen as scheduled leaves the scenario untested:
+	// it cannot PASS (a FAIL found anyway still stands).
+	var failed []string
+	for _, ev := range log {
+		if ev.Err != "" {
+			failed = append(failed, fmt.Sprintf("nemesis event %q at %v failed: %s", ev.Name, ev.At.Round(time.Millisecond), firstLine(ev.Err)))
+		}
+	}
+	if len(failed) > 0 {
+		vs = append(vs, Unknown)
+		out.Error = strings.Join(failed, "\n")
+	}
 	out.Verdict = Worst(vs...)
 	return out, nil
 }
@@ -406,4 +418,11 @@ func (e *Env) deletePrefixed() {
 	if err != nil {
 		e.Log.Warn("coordtorture: could not delete the run's keys", "prefix", e.Prefix, "err", err)
 	}
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
 }

@@ -364,7 +364,8 @@ func (t *Topology) FailoverSentinel(ctx context.Context) (*Node, error) {
 		return true, nil
 	})
 	if err != nil {
-		return nil, t.withLogs(err, t.sentinels...)
+		// The data nodes' logs too: a stuck promotion shows on the replica.
+		return nil, t.withLogs(err, append(slices.Clone(t.sentinels), t.nodes...)...)
 	}
 	t.setRoles(np)
 	return np, nil
