@@ -74,10 +74,12 @@ func New(client redis.UniversalClient, opts ...Option) *Coordinator {
 	for _, o := range opts {
 		o(c)
 	}
-	if c.meter == nil {
+	recording := c.meter != nil
+	if !recording {
 		c.meter = noop.NewMeterProvider().Meter("")
 	}
 	c.m = newMetrics(c.meter)
+	c.m.off = !recording
 	c.fences = newFencePool(client)
 	c.ws = &watchers{byAddr: map[string]*watcher{}}
 	return c
@@ -109,7 +111,8 @@ func (c *Coordinator) keyPair(lease, counter string) (string, string, error) {
 	pl, pc := c.key(lease), c.key(counter)
 	// Checked on every deployment, not only on Cluster: a pair that works on one
 	// server and fails after a move to Cluster would be a latent outage.
-	if Slot(pl) != Slot(pc) {
+	// Equal hash tags (the usual case) share a slot without computing it.
+	if hl, hc := hashed(pl), hashed(pc); hl != hc && crc16(hl)&16383 != crc16(hc)&16383 {
 		return "", "", invalid(ErrCrossSlot, fmt.Sprintf("%q is in slot %d, %q in slot %d; use a hash tag such as {name}:lease / {name}:fence",
 			pl, Slot(pl), pc, Slot(pc)))
 	}
@@ -144,6 +147,7 @@ func uncertain(err error) bool {
 
 type metrics struct {
 	acquire, renew, release, uncertain metric.Int64Counter
+	off                                bool // no meter provider: add does nothing
 
 	mu   sync.Mutex
 	opts map[[2]string]metric.AddOption // precomputed attribute sets
@@ -167,6 +171,9 @@ func newMetrics(m metric.Meter) *metrics {
 }
 
 func (m *metrics) add(ctx context.Context, c metric.Int64Counter, kind, result string) {
+	if m.off {
+		return
+	}
 	k := [2]string{kind, result}
 	m.mu.Lock()
 	o, ok := m.opts[k]

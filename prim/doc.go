@@ -15,9 +15,10 @@
 // holds a random owner token, and a persistent counter key. One Lua script
 // checks the counter, checks contention, increments the counter and creates the
 // lease, so every acquisition gets a fencing token larger than every earlier
-// one of the same counter history. The token is read back from Redis as decimal
-// text, so it is exact for every positive int64 (Lua's doubles would round
-// above 2^53).
+// one of the same counter history. The token is exact for every positive
+// int64: the script returns it as an integer below 2^53, where Lua's doubles
+// are exact, and above that as the counter's own decimal text read back from
+// Redis.
 //
 // Both keys must hash to the same Cluster slot after prefixing — use a hash tag,
 // "{invoice:42}:lease" and "{invoice:42}:fence". This is checked client-side on
@@ -67,9 +68,13 @@
 //
 // RESP3 pushes would need only one connection, but go-redis reads a RESP3 push
 // only when a reply is read on that connection, so an idle waiter would miss
-// it; a Pub/Sub connection is always being read. The read is registered before
-// the acquisition script runs, so a release or expiry in between leaves a
-// wake-up queued; invalidations are hints and only the script grants.
+// it; a Pub/Sub connection is always being read. A waiter runs the acquisition
+// script first; only when it finds the lease held does it register and read
+// the key on the tracking connection, and it sleeps only if that read still
+// finds the key, so a release or expiry after the read leaves a wake-up queued
+// and one before it makes the waiter retry at once. A wake-up that finds the
+// lock free costs one round trip. Invalidations are hints and only the script
+// grants.
 //
 // An expiring key sends its invalidation only when the server removes it, so a
 // waiter also wakes at the holder's PTTL deadline. A lost Pub/Sub or tracking
@@ -106,8 +111,8 @@
 //
 // # ACL permissions
 //
-//   - TryAcquireFencedLock: EVALSHA and EVAL (the script runs TYPE, PTTL, GET,
-//     EXISTS, INCR and SET) on both keys.
+//   - TryAcquireFencedLock: EVALSHA and EVAL (the script runs PTTL, GET, INCR
+//     and SET) on both keys.
 //   - Renew: CLIENT ID on a dedicated connection, EVALSHA/EVAL (GET, PEXPIRE),
 //     and CLIENT KILL to fence an uncertain renewal.
 //   - VerifyStillHeld: EVALSHA/EVAL (GET, PTTL). Release and Close: EVALSHA/EVAL

@@ -70,11 +70,11 @@ func (c *Coordinator) TryAcquireFencedLock(ctx context.Context, leaseKey, counte
 }
 
 // tryFenced runs the acquisition script once. On contention it returns
-// ErrNotAcquired and the holder's remaining PTTL.
+// ErrNotAcquired and the holder's remaining PTTL (negative: no expiry).
 func (c *Coordinator) tryFenced(ctx context.Context, lk, ck string, ttl time.Duration) (*FencedLock, time.Duration, error) {
-	owner := newOwnerToken()
+	owner := any(newOwnerToken())
 	sent := time.Now()
-	res, err := scriptFencedAcquire.Run(ctx, c.client, []string{lk, ck}, owner, ttl.Milliseconds()).Slice()
+	res, err := scriptFencedAcquire.Run(ctx, c.client, []string{lk, ck}, owner, ttl.Milliseconds()).Result()
 	if err != nil {
 		if uncertain(err) {
 			c.m.add(ctx, c.m.uncertain, "fenced-lock", "acquire")
@@ -85,35 +85,47 @@ func (c *Coordinator) tryFenced(ctx context.Context, lk, ck string, ttl time.Dur
 		c.m.add(ctx, c.m.acquire, "fenced-lock", "error")
 		return nil, 0, fmt.Errorf("prim: acquiring %q: %w", lk, err)
 	}
-	status, val, perr := parsePair(res)
-	if perr != nil {
-		return nil, 0, perr
-	}
-	switch status {
-	case 1:
-		tok, err := strconv.ParseInt(val, 10, 64)
-		if err != nil || tok <= 0 {
-			return nil, 0, fmt.Errorf("prim: server returned fencing token %q", val)
+	var tok int64
+	switch v := res.(type) {
+	case int64: // acquired, token below 2^53
+		tok = v
+	case string: // acquired, the counter's own decimal text (2^53 and above)
+		tok, err = strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			tok = 0
 		}
-		l := &FencedLock{counter: ck, token: tok}
-		l.handle = newHandle(c, "fenced-lock", lk, owner, nil, sent.Add(ttl), fencedScripts)
-		if l.RemainingEstimate() <= 0 {
-			// The reply came after the lease's whole duration: it may already be
-			// someone else's. Not returned; our entry is removed if still there.
-			c.m.add(ctx, c.m.acquire, "fenced-lock", "late")
-			go l.Close()
-			return nil, 0, fmt.Errorf("%w: acquisition reply for %q arrived after the lease duration %v", ErrUncertain, lk, ttl)
+	case []any:
+		status, val, perr := parsePair(v)
+		if perr != nil {
+			return nil, 0, perr
 		}
-		c.m.add(ctx, c.m.acquire, "fenced-lock", "acquired")
-		return l, 0, nil
-	case 0:
-		c.m.add(ctx, c.m.acquire, "fenced-lock", "contended")
-		ms, _ := strconv.ParseInt(val, 10, 64)
-		return nil, time.Duration(ms) * time.Millisecond, ErrNotAcquired
+		switch status {
+		case 0:
+			c.m.add(ctx, c.m.acquire, "fenced-lock", "contended")
+			ms, _ := strconv.ParseInt(val, 10, 64)
+			return nil, time.Duration(ms) * time.Millisecond, ErrNotAcquired
+		case -1:
+			c.m.add(ctx, c.m.acquire, "fenced-lock", "counter-invalid")
+			return nil, 0, counterReason(ck, val)
+		}
+		return nil, 0, fmt.Errorf("prim: unexpected script status %d", status)
 	default:
-		c.m.add(ctx, c.m.acquire, "fenced-lock", "counter-invalid")
-		return nil, 0, counterReason(ck, val)
+		return nil, 0, fmt.Errorf("prim: unexpected script reply %v", res)
 	}
+	if tok <= 0 {
+		return nil, 0, fmt.Errorf("prim: server returned fencing token %v", res)
+	}
+	l := &FencedLock{counter: ck, token: tok}
+	l.handle = newHandle(c, "fenced-lock", lk, owner, nil, sent.Add(ttl), fencedScripts)
+	if l.RemainingEstimate() <= 0 {
+		// The reply came after the lease's whole duration: it may already be
+		// someone else's. Not returned; our entry is removed if still there.
+		c.m.add(ctx, c.m.acquire, "fenced-lock", "late")
+		go l.Close()
+		return nil, 0, fmt.Errorf("%w: acquisition reply for %q arrived after the lease duration %v", ErrUncertain, lk, ttl)
+	}
+	c.m.add(ctx, c.m.acquire, "fenced-lock", "acquired")
+	return l, 0, nil
 }
 
 func counterReason(ck, reason string) error {

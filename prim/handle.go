@@ -37,7 +37,7 @@ type handle struct {
 	c      *Coordinator
 	kind   string // metric and log label
 	key    string // physical key
-	owner  string
+	owner  any    // the owner token (a string), boxed once for every command's arguments
 	extra  []any
 	script *leaseScripts
 
@@ -51,17 +51,21 @@ type handle struct {
 	closeErr  error
 }
 
-func newHandle(c *Coordinator, kind, key, owner string, extra []any, deadline time.Time, s *leaseScripts) handle {
+// newHandle takes the owner token boxed (any holding a string), as it was passed
+// to the acquisition script, so it is boxed once for the handle's lifetime.
+func newHandle(c *Coordinator, kind, key string, owner any, extra []any, deadline time.Time, s *leaseScripts) handle {
 	return handle{c: c, kind: kind, key: key, owner: owner, extra: extra, script: s,
 		op: make(chan struct{}, 1), deadline: deadline}
 }
 
 func (h *handle) args(ttl time.Duration) []any {
-	return append([]any{h.owner, ttl.Milliseconds()}, h.extra...)
+	a := make([]any, 2, 2+len(h.extra))
+	a[0], a[1] = h.owner, ttl.Milliseconds()
+	return append(a, h.extra...)
 }
 
 // OwnerToken is the random token that identifies this owner in Redis.
-func (h *handle) OwnerToken() string { return h.owner }
+func (h *handle) OwnerToken() string { return h.owner.(string) }
 
 // RemainingEstimate is the local estimate of the time left on the lease,
 // measured from before the acquisition (or last renewal) request was sent; never

@@ -111,7 +111,7 @@ func (c *Coordinator) leaseArgs(hashKey, field string, ttl time.Duration) (strin
 }
 
 func (c *Coordinator) tryLease(ctx context.Context, hk, field string, ttl time.Duration) (*Lease, time.Duration, error) {
-	owner := newOwnerToken()
+	owner := any(newOwnerToken())
 	l := &Lease{field: field}
 	fc, err := c.fences.get(ctx, hk)
 	if err != nil {

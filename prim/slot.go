@@ -5,13 +5,17 @@ import "strings"
 // Slot returns the Redis Cluster hash slot of a key (CRC16/XMODEM of the key,
 // or of its hash tag: the bytes between the first '{' and the next '}', when
 // that is non-empty), in 0..16383.
-func Slot(key string) int {
+func Slot(key string) int { return int(crc16(hashed(key)) & 16383) }
+
+// hashed is the part of key its slot is computed from: the hash tag, or the
+// whole key.
+func hashed(key string) string {
 	if i := strings.IndexByte(key, '{'); i >= 0 {
 		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
+			return key[i+1 : i+1+j]
 		}
 	}
-	return int(crc16(key) & 16383)
+	return key
 }
 
 var crcTable = func() (t [256]uint16) {

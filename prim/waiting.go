@@ -10,11 +10,13 @@ import (
 )
 
 // AcquireFencedLock acquires the lock on leaseKey, waiting as long as ctx allows
-// while another owner holds it. It does not poll: it registers for the lease
-// key's invalidations (CLIENT TRACKING) before each check, retries the atomic
-// acquisition after each invalidation, and also wakes once at the holder's PTTL
-// deadline, because an expiring key sends no invalidation until the server
-// actually removes it. Only the script grants ownership; invalidations are hints.
+// while another owner holds it. It does not poll: after a contended attempt it
+// registers for the lease key's invalidations (CLIENT TRACKING) and then reads
+// the key, and sleeps only if that read still finds it held; it retries the
+// atomic acquisition after each invalidation, and also wakes once at the
+// holder's PTTL deadline, because an expiring key sends no invalidation until
+// the server actually removes it. Only the script grants ownership;
+// invalidations are hints.
 //
 // Cancellation stops the wait. An acquisition the server may have accepted is
 // never replayed: if ctx ends while the script is in flight, the error matches
@@ -40,10 +42,12 @@ func (c *Coordinator) AcquireFencedLock(ctx context.Context, leaseKey, counterKe
 	return lock, err
 }
 
+// readPTTL reads the key's PTTL in milliseconds as the server sends it: -2 when
+// the key does not exist, -1 when it has no expiry. (go-redis's PTTL helper
+// turns -1 and -2 into nanosecond Durations, which would read as 0 ms.)
 func readPTTL(key string) func(context.Context, *redis.Conn) (int64, error) {
 	return func(ctx context.Context, cn *redis.Conn) (int64, error) {
-		d, err := cn.PTTL(ctx, key).Result()
-		return int64(d / time.Millisecond), err
+		return cn.Do(ctx, "PTTL", key).Int64()
 	}
 }
 
@@ -52,13 +56,24 @@ func readPTTL(key string) func(context.Context, *redis.Conn) (int64, error) {
 // re-checks this often until tracking is back.
 const fallbackRecheck = 50 * time.Millisecond
 
-// waitUntil is the waiting loop shared by every waiting acquisition: register,
-// then track (read key on the tracking connection) and attempt, then sleep until
-// an invalidation, the holder's deadline, or ctx's end. read returns the key's
-// (or field's) PTTL, -2 when it does not exist.
+// waitUntil is the waiting loop shared by every waiting acquisition: attempt;
+// on contention register, track (read the key on the tracking connection) and
+// sleep until an invalidation, the holder's deadline, or ctx's end; repeat.
+// read returns the key's (or field's) PTTL in ms, -1 without expiry, -2 when it
+// does not exist.
 //
 // attempt reports done, or the time until the current holder's lease ends
 // (negative: no expiry).
+//
+// The attempt goes first and alone, so a wake-up that finds the lock free costs
+// one round trip and one command. Only a contended attempt is followed by the
+// tracking read, and the waiter is registered before that read, so no wake-up
+// can be lost: if the read finds the key gone, the holder left after the
+// attempt (no invalidation will come for that) and the waiter retries at once;
+// if it finds the key present, the server tracks it from that read on, and any
+// later change or removal sends an invalidation that finds the waiter
+// registered. The read's PTTL, taken at the instant tracking starts, sets the
+// expiry deadline.
 func (c *Coordinator) waitUntil(ctx context.Context, key string, read func(context.Context, *redis.Conn) (int64, error),
 	attempt func(context.Context) (bool, time.Duration, error)) error {
 	for {
@@ -66,43 +81,33 @@ func (c *Coordinator) waitUntil(ctx context.Context, key string, read func(conte
 		if werr != nil && ctx.Err() != nil {
 			return fmt.Errorf("prim: waiting for %q: %w", key, ctx.Err())
 		}
-		var wt *waiter
-		// The tracking read and the acquisition attempt go out together, so a
-		// wake-up costs one round trip, not two. Either order on the server is
-		// safe: if the attempt saw the key held but the tracking read found it
-		// gone, the holder left in between and no invalidation will come, so the
-		// waiter retries at once; if the read found it present, the server tracks
-		// it from then on and any later change wakes the waiter.
-		type trackResult struct {
-			v   int64
-			err error
-		}
-		trackc := make(chan trackResult, 1)
-		if w != nil {
-			wt = w.register(key)
-			go func() {
-				v, err := w.track(ctx, read)
-				trackc <- trackResult{v, err}
-			}()
-		} else {
-			trackc <- trackResult{0, werr}
-		}
 		done, remaining, err := attempt(ctx)
-		tr := <-trackc
 		if done || err != nil {
-			if wt != nil {
-				w.unregister(key, wt)
-			}
 			return err
 		}
-		tracked := tr.err == nil
-		if tr.err != nil && !errors.Is(tr.err, errSubscribing) {
-			c.logger.DebugContext(ctx, "prim: tracking read failed; re-checking on a short timer", "key", key, "err", tr.err)
+		var wt *waiter
+		tracked := false
+		if w != nil {
+			if werr = w.waitReady(ctx); werr != nil {
+				w = nil
+			}
 		}
-		if tracked && tr.v < -1 {
-			// Gone by the time it was tracked: try again now.
-			w.unregister(key, wt)
-			continue
+		if w != nil {
+			wt = w.register(key)
+			v, terr := w.track(ctx, read)
+			switch {
+			case terr == nil && v < -1:
+				// Gone by the time it was tracked: try again now.
+				w.unregister(key, wt)
+				continue
+			case terr == nil:
+				tracked = true
+				remaining = time.Duration(v) * time.Millisecond // -1: no expiry
+			case !errors.Is(terr, errSubscribing) && ctx.Err() == nil:
+				c.logger.DebugContext(ctx, "prim: tracking read failed; re-checking on a short timer", "key", key, "err", terr)
+			}
+		} else if ctx.Err() == nil {
+			c.logger.DebugContext(ctx, "prim: invalidations unavailable; re-checking on a short timer", "key", key, "err", werr)
 		}
 		wait := time.Duration(-1)
 		if remaining >= 0 {

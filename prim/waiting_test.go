@@ -101,6 +101,76 @@ func TestWaitingHandOff(t *testing.T) {
 	})
 }
 
+// afterHook runs f once after the first command that matches.
+type afterHook struct {
+	match func(redis.Cmder) bool
+	f     func()
+	once  sync.Once
+}
+
+func (h *afterHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *afterHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if h.match(cmd) {
+			h.once.Do(h.f)
+		}
+		return err
+	}
+}
+func (h *afterHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// The holder leaves right after the waiter's contended attempt and before its
+// tracking read: no invalidation is owed to the waiter for that, so it must see
+// the key gone in its tracking read and retry at once rather than sleep until
+// the old holder's deadline.
+func TestWaitingReleaseBeforeTrackingRead(t *testing.T) {
+	forEachBuild(t, func(t *testing.T, e *env) {
+		ctx := ctxT(t, time.Minute)
+		c, _ := e.client(t)
+		co := prim.New(c)
+		defer co.Close()
+		lease, fence := e.k("{b}:lease"), e.k("{b}:fence")
+		holder, err := co.TryAcquireFencedLock(ctx, lease, fence, 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The waiter's first acquisition attempt is contended; the lease goes
+		// as soon as its reply is in.
+		c.AddHook(&afterHook{
+			match: func(cmd redis.Cmder) bool {
+				res, ok := cmd.(*redis.Cmd)
+				if !ok || cmd.Name() != "evalsha" && cmd.Name() != "eval" {
+					return false
+				}
+				v, _ := res.Val().([]any)
+				return len(v) == 2 && v[0] == int64(0)
+			},
+			f: func() {
+				if r, err := holder.Release(context.Background()); r != prim.Released || err != nil {
+					t.Errorf("release: %v %v", r, err)
+				}
+			},
+		})
+		start := time.Now()
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		l, err := co.AcquireFencedLock(actx, lease, fence, 10*time.Second)
+		if err != nil {
+			t.Fatalf("waiter after %v: %v", time.Since(start), err)
+		}
+		if el := time.Since(start); el > time.Second {
+			t.Fatalf("waiter acquired only after %v", el)
+		}
+		if l.FencingToken() != holder.FencingToken()+1 {
+			t.Fatalf("waiter token %d after %d", l.FencingToken(), holder.FencingToken())
+		}
+		l.Release(ctx)
+	})
+}
+
 func TestWaitingExpiryWithoutRelease(t *testing.T) {
 	forEachBuild(t, func(t *testing.T, e *env) {
 		ctx := ctxT(t, time.Minute)

@@ -17,11 +17,12 @@ import (
 // made from a copy of the node's client options: a Pub/Sub connection subscribed
 // to __redis__:invalidate, read continuously by its own goroutine, and a
 // tracking connection with CLIENT TRACKING ON REDIRECT <that connection's id>.
-// A waiter registers for a key, then reads the key (PTTL) on the tracking
-// connection — which makes the server track it — and only then runs the
-// acquisition script: a release or expiry after that read leaves an
-// invalidation queued for the waiter. Notifications are hints: only the script
-// grants ownership.
+// A waiter whose acquisition script found the key held registers for the key,
+// then reads it (PTTL) on the tracking connection — which makes the server
+// track it — and sleeps only if that read still finds the key: a release or
+// expiry after that read leaves an invalidation queued for the waiter, one
+// before it makes the waiter retry at once. Notifications are hints: only the
+// script grants ownership.
 //
 // Why RESP2 with REDIRECT rather than RESP3 pushes: go-redis reads RESP3 push
 // notifications only when a command is read on that connection (no background
@@ -44,9 +45,10 @@ type watcher struct {
 	pubsub   *redis.PubSub
 	cancel   context.CancelFunc
 	done     chan struct{}
-	psID     int64 // current Pub/Sub connection id (mu)
-	psEpoch  int64 // bumped on every Pub/Sub (re)connect (mu)
-	subEpoch int64 // the psEpoch whose SUBSCRIBE the server confirmed (mu)
+	psID     int64         // current Pub/Sub connection id (mu)
+	psEpoch  int64         // bumped on every Pub/Sub (re)connect (mu)
+	subEpoch int64         // the psEpoch whose SUBSCRIBE the server confirmed (mu)
+	readyc   chan struct{} // closed while subEpoch == psEpoch > 0 (mu)
 
 	mu      sync.Mutex
 	waiters map[string]map[*waiter]struct{}
@@ -73,7 +75,8 @@ func (w *waiter) wake() {
 const keepAlive = time.Second
 
 func newWatcher(c *Coordinator, node *redis.Client) *watcher {
-	w := &watcher{c: c, node: node, addr: node.Options().Addr, waiters: map[string]map[*waiter]struct{}{}, done: make(chan struct{})}
+	w := &watcher{c: c, node: node, addr: node.Options().Addr, waiters: map[string]map[*waiter]struct{}{},
+		done: make(chan struct{}), readyc: make(chan struct{})}
 	base := *node.Options()
 	base.Protocol = 2
 	base.PoolSize = 1
@@ -92,6 +95,7 @@ func newWatcher(c *Coordinator, node *redis.Client) *watcher {
 		w.mu.Lock()
 		w.psID = id
 		w.psEpoch++
+		w.readyLocked()
 		w.mu.Unlock()
 		w.wakeAll() // whatever was tracked towards the old connection is lost
 		return nil
@@ -144,6 +148,7 @@ func (w *watcher) run(ctx context.Context) {
 				// subscribed; whoever tracked a key before this may have missed one.
 				w.mu.Lock()
 				w.subEpoch = w.psEpoch
+				w.readyLocked()
 				w.mu.Unlock()
 				w.wakeAll()
 				continue
@@ -289,23 +294,41 @@ func (w *watcher) track(ctx context.Context, read func(ctx context.Context, c *r
 	return v, err
 }
 
+// readyLocked makes readyc reflect whether the current Pub/Sub connection's
+// subscription is confirmed. Called with mu held after either epoch changes.
+func (w *watcher) readyLocked() {
+	ready := w.psEpoch > 0 && w.subEpoch == w.psEpoch
+	select {
+	case <-w.readyc:
+		if !ready {
+			w.readyc = make(chan struct{})
+		}
+	default:
+		if ready {
+			close(w.readyc)
+		}
+	}
+}
+
 // waitReady waits (bounded) until the Pub/Sub connection is subscribed.
 func (w *watcher) waitReady(ctx context.Context) error {
-	for i := 0; ; i++ {
-		w.mu.Lock()
-		ready := w.psEpoch > 0 && w.subEpoch == w.psEpoch
-		w.mu.Unlock()
-		if ready {
-			return nil
-		}
-		if i > 200 {
-			return errors.New("prim: invalidation subscription did not connect in 2s")
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
+	w.mu.Lock()
+	ready := w.readyc
+	w.mu.Unlock()
+	select {
+	case <-ready:
+		return nil
+	default:
+	}
+	t := time.NewTimer(2 * time.Second)
+	defer t.Stop()
+	select {
+	case <-ready:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return errors.New("prim: invalidation subscription did not connect in 2s")
 	}
 }
 
@@ -328,6 +351,8 @@ type watchers struct {
 	closed bool
 }
 
+// watcherFor returns the watcher of the node that serves key, starting it on
+// first use. It does not wait for its subscription (see waitReady).
 func (c *Coordinator) watcherFor(ctx context.Context, key string) (*watcher, error) {
 	node, err := c.fences.nodeFor(ctx, key)
 	if err != nil {
@@ -335,18 +360,14 @@ func (c *Coordinator) watcherFor(ctx context.Context, key string) (*watcher, err
 	}
 	addr := node.Options().Addr
 	c.ws.mu.Lock()
+	defer c.ws.mu.Unlock()
 	if c.ws.closed {
-		c.ws.mu.Unlock()
 		return nil, errors.New("prim: coordinator closed")
 	}
 	w := c.ws.byAddr[addr]
 	if w == nil {
 		w = newWatcher(c, node)
 		c.ws.byAddr[addr] = w
-	}
-	c.ws.mu.Unlock()
-	if err := w.waitReady(ctx); err != nil {
-		return nil, err
 	}
 	return w, nil
 }

@@ -34,6 +34,8 @@ Each run writes DIR/summary.txt, report.json, junit.xml, index.html, prim.log (w
 the primitives logged) and histories/*.jsonl (check them again with fencecheck).
 Exit status: 0 when every must-hold property held (HAZARD is a documented hazard
 observed, with evidence), 1 on FAIL, 2 on UNKNOWN or when the run could not start.
+With --impl all only prim's verdicts decide it: the peer libraries run beside it for
+comparison, and their FAILs (no fencing tokens) are expected findings.
 
 Providers: "local" (default) starts the servers itself (make servers fetches them)
 and injects faults. "external" runs the fault-free workloads against a deployment
@@ -348,7 +350,20 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintln(stdout)
 	reports.WriteSummary(stdout, rep)
 	fmt.Fprintf(stdout, "report: %s\n", out)
-	switch rep.Verdict() {
+	verdict := rep.Verdict()
+	if f.impl == "all" {
+		// The peers run beside prim to show what breaks for them (they have
+		// no fencing tokens); their FAILs are findings, not the exit status.
+		var vs []scenarios.Verdict
+		for _, o := range rep.Outcomes {
+			if o.Impl == "prim" {
+				vs = append(vs, o.Verdict)
+			}
+		}
+		verdict = scenarios.Worst(vs...)
+		fmt.Fprintf(stdout, "exit status from prim's verdicts (%s); the peer libraries' verdicts above are for comparison\n", verdict)
+	}
+	switch verdict {
 	case scenarios.Fail:
 		return 1
 	case scenarios.Unknown:

@@ -106,3 +106,19 @@ func TestMissingBuild(t *testing.T) {
 		t.Fatalf("output directory written for a run that could not start: %v", err)
 	}
 }
+
+// TestImplAllExitsOnPrim: with --impl all the peers' FAILs are shown beside
+// prim's PASS, and only prim's verdicts decide the exit status.
+func TestImplAllExitsOnPrim(t *testing.T) {
+	var out, errb bytes.Buffer
+	args := []string{"run", "--server", build(), "--impl", "all", "--duration", "3s", "--seed", "3",
+		"--out", filepath.Join(t.TempDir(), "all"), "fenced-lock/pause-client"}
+	if code := run(args, &out, &errb); code != 0 {
+		t.Fatalf("exit %d, want 0 (prim passes)\n%s\n%s", code, out.String(), errb.String())
+	}
+	for _, want := range []string{"[prim, " + build() + "] PASS", "[redislock, " + build() + "] FAIL", "[redsync, " + build() + "] FAIL"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}

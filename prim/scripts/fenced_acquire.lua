@@ -2,9 +2,12 @@
 -- counter and create the expiring lease, all in one atomic step.
 -- KEYS[1] lease key, KEYS[2] counter key
 -- ARGV[1] owner token, ARGV[2] lease duration in milliseconds
--- Reply: {1, token as decimal string} acquired
---        {0, lease PTTL in ms}          contended; nothing written
---        {-1, reason}                   the counter is unusable; nothing written
+-- Reply: token (integer, or its decimal text above 2^53) acquired
+--        {0, lease PTTL in ms}                           contended; nothing written
+--        {-1, reason}                                    the counter is unusable; nothing written
+-- The acquired reply is a bare value, not a table: it is the hot path, and
+-- building and serialising a reply table costs more server time than the
+-- checks themselves.
 local held = redis.call('PTTL', KEYS[1])
 if held ~= -2 then
   return {0, held}
@@ -35,9 +38,9 @@ if type(t) == 'table' then
   return {-1, 'malformed'}
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
--- Lua numbers are doubles: below 2^53 the reply is exact, above it the new
--- value is read back as the server's own decimal text.
+-- Lua numbers are doubles: below 2^53 the integer reply is exact, above it the
+-- new value is read back as the server's own decimal text.
 if t < 9007199254740992 then
-  return {1, string.format('%d', t)}
+  return t
 end
-return {1, redis.call('GET', KEYS[2])}
+return redis.call('GET', KEYS[2])
