@@ -47,23 +47,21 @@ func init() {
 		Name:    "fenced-lock/baseline-cluster",
 		Summary: "fenced-lock/baseline on a 3-primary cluster (cluster clients, MOVED-aware). Everything must hold.",
 		Topo:    clusterTopo, Workload: lockWorkload(0.1, shortStall),
-		Properties: props(), Check: drift, Impls: lockImpls(),
+		Properties: props(), Check: drift, Impls: AllImpls(),
 	})
 	Register(&Scenario{
 		Name:    "fenced-lock/failover-cluster",
 		Summary: "the lock's slot fails over to its replica (CLUSTER FAILOVER) mid-run." + failoverNote,
 		Topo:    clusterTopo, Workload: lockWorkload(0.1, shortStall),
 		Nemesis:    clusterFailover(lockSlotKey),
-		Properties: props("token-order", "exclusion", "fenced-resource"), Check: drift, Impls: lockImpls(),
+		Properties: props("token-order", "exclusion", "fenced-resource"), Check: drift, Impls: AllImpls(),
 	})
 
-	waitProps := []Property{{Checker: "fenced-resource"}, {Checker: "token-order"}, {Checker: "exclusion"}, {Checker: "liveness"}}
 	Register(&Scenario{
 		Name: "waiting-lock/handoff-cluster",
 		Summary: "waiting-lock/handoff on a 3-primary cluster: each waiter's tracking connection is on the slot's " +
 			"owner. Everything, liveness included, must hold.",
-		Topo: clusterTopo, Workload: waitingWorkload, Properties: waitProps,
-		Check: models.Options{Drift: 20 * time.Millisecond, WakeBound: 500 * time.Millisecond},
+		Topo: clusterTopo, Workload: waitingWorkload, Properties: waitingProps, Check: waitingCheck,
 		Impls: []string{"prim"},
 	})
 	Register(&Scenario{
@@ -71,9 +69,7 @@ func init() {
 		Summary: "waiters sleep on invalidations from the slot's owner while the slot fails over to its replica; " +
 			"they must re-subscribe on the new owner. Liveness must hold." + failoverNote,
 		Topo: clusterTopo, Workload: waitingWorkload, Nemesis: clusterFailover(lockSlotKey),
-		Properties: []Property{{Checker: "fenced-resource", Expect: MayHazard}, {Checker: "token-order", Expect: MayHazard},
-			{Checker: "exclusion", Expect: MayHazard}, {Checker: "liveness"}},
-		Check: models.Options{Drift: 20 * time.Millisecond, WakeBound: 2 * time.Second, LostNotifications: true},
+		Properties: waitingFailoverProps, Check: waitingFailoverCheck,
 		Impls: []string{"prim"},
 	})
 

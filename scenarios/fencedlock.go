@@ -119,13 +119,18 @@ func partitionClients(r *rand.Rand, d, gap, hold time.Duration) []Event {
 
 // sentinelFailover asks the sentinels to fail over once, a third of the way in.
 func sentinelFailover(_ *rand.Rand, d time.Duration) []Event {
-	return []Event{{At: d / 3, Name: "SENTINEL FAILOVER", Do: func(ctx context.Context, e *Env) error {
+	return []Event{sentinelFailoverAt(d/3, "SENTINEL FAILOVER")}
+}
+
+// sentinelFailoverAt is a SENTINEL FAILOVER event that notes the new primary.
+func sentinelFailoverAt(at time.Duration, name string) Event {
+	return Event{At: at, Name: name, Do: func(ctx context.Context, e *Env) error {
 		n, err := e.Topo.FailoverSentinel(ctx)
 		if err == nil {
 			e.Note("new primary %s", n.Name)
 		}
 		return err
-	}}}
+	}}
 }
 
 func init() {
@@ -134,7 +139,7 @@ func init() {
 	longStall := func(ttl time.Duration) time.Duration { return ttl + ttl/2 }
 	standalone := Topology{Kind: testbed.KindStandalone}
 	drift := models.Options{Drift: 20 * time.Millisecond}
-	impls := lockImpls()
+	impls := AllImpls()
 
 	Register(&Scenario{
 		Name:    "fenced-lock/baseline",
@@ -235,26 +240,20 @@ func init() {
 				// Half a second of increments the replica lacks: enough for a clear
 				// regression, little enough that the counter climbs back past its
 				// old maximum within a short run, so a token is reused.
-				{At: at + 500*time.Millisecond, Name: "SENTINEL FAILOVER (forced, replica behind)", Do: func(ctx context.Context, e *Env) error {
-					n, err := e.Topo.FailoverSentinel(ctx)
-					if err == nil {
-						e.Note("new primary %s", n.Name)
-					}
-					return err
-				}},
+				sentinelFailoverAt(at+500*time.Millisecond, "SENTINEL FAILOVER (forced, replica behind)"),
 				{At: at + time.Second, Name: "heal", Do: func(_ context.Context, e *Env) error { return e.Topo.HealAll() }},
 			}
 		},
 		Properties: props("token-order", "exclusion", "fenced-resource"),
 		Check:      models.Options{Drift: 20 * time.Millisecond},
-		Impls:      lockImpls(),
+		Impls:      AllImpls(),
 	})
 }
 
 func init() {
 	shortStall := func(ttl time.Duration) time.Duration { return ttl / 10 }
 	drift := models.Options{Drift: 20 * time.Millisecond}
-	impls := lockImpls()
+	impls := AllImpls()
 	Register(&Scenario{
 		Name:    "fenced-lock/partition-primary",
 		Summary: "the server is cut off from every client (silently) and healed; outcomes become uncertain. Everything must hold.",

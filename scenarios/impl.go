@@ -212,5 +212,6 @@ func (h rsHeld) Release(ctx context.Context) (string, error) {
 	return "", err
 }
 
-// lockImpls is prim and every peer: the lock scenarios run on all of them.
-func lockImpls() []string { return append([]string{"prim"}, Peers...) }
+// AllImpls is prim and every peer (what --impl all selects); the lock
+// scenarios run on all of them.
+func AllImpls() []string { return append([]string{"prim"}, Peers...) }

@@ -97,15 +97,26 @@ func killWatchers(ctx context.Context, e *Env) error {
 	return nil
 }
 
+// The waiting-lock properties: everything must hold without faults; across a
+// failover liveness must hold and the rest may show the asynchronous-failover
+// hazard (waiters may have to wait out lost notifications).
+var (
+	waitingProps         = []Property{{Checker: "fenced-resource"}, {Checker: "token-order"}, {Checker: "exclusion"}, {Checker: "liveness"}}
+	waitingFailoverProps = []Property{{Checker: "fenced-resource", Expect: MayHazard}, {Checker: "token-order", Expect: MayHazard},
+		{Checker: "exclusion", Expect: MayHazard}, {Checker: "liveness"}}
+	waitingCheck         = models.Options{Drift: 20 * time.Millisecond, WakeBound: 500 * time.Millisecond}
+	waitingFailoverCheck = models.Options{Drift: 20 * time.Millisecond, WakeBound: 2 * time.Second, LostNotifications: true}
+)
+
 func init() {
-	props := []Property{{Checker: "fenced-resource"}, {Checker: "token-order"}, {Checker: "exclusion"}, {Checker: "liveness"}}
+	props := waitingProps
 	Register(&Scenario{
 		Name:       "waiting-lock/handoff",
 		Summary:    "clients wait on invalidations for the lock and hand it on; no faults. Everything, liveness included, must hold.",
 		Topo:       Topology{Kind: testbed.KindStandalone},
 		Workload:   waitingWorkload,
 		Properties: props,
-		Check:      models.Options{Drift: 20 * time.Millisecond, WakeBound: 500 * time.Millisecond},
+		Check:      waitingCheck,
 		Impls:      []string{"prim"},
 	})
 	Register(&Scenario{
@@ -131,12 +142,11 @@ func init() {
 		Summary: "waiters sleep on invalidations from the primary while the sentinels fail over; the old primary drops its " +
 			"connections, the watchers follow the new one. Liveness must hold; token order, exclusion and the " +
 			"resource (a token reused by a second owner) may show the asynchronous-failover hazard.",
-		Topo:     Topology{Kind: testbed.KindReplicated, Replicas: 1, Sentinels: 3},
-		Workload: waitingWorkload,
-		Nemesis:  sentinelFailover,
-		Properties: []Property{{Checker: "fenced-resource", Expect: MayHazard}, {Checker: "token-order", Expect: MayHazard},
-			{Checker: "exclusion", Expect: MayHazard}, {Checker: "liveness"}},
-		Check: models.Options{Drift: 20 * time.Millisecond, WakeBound: 2 * time.Second, LostNotifications: true},
-		Impls: []string{"prim"},
+		Topo:       Topology{Kind: testbed.KindReplicated, Replicas: 1, Sentinels: 3},
+		Workload:   waitingWorkload,
+		Nemesis:    sentinelFailover,
+		Properties: waitingFailoverProps,
+		Check:      waitingFailoverCheck,
+		Impls:      []string{"prim"},
 	})
 }

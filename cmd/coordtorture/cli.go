@@ -149,7 +149,7 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 	}
 	impls := strings.Split(f.impl, ",")
 	if f.impl == "all" {
-		impls = append([]string{"prim"}, scenarios.Peers...)
+		impls = scenarios.AllImpls()
 	}
 	for _, i := range impls {
 		if _, err := scenarios.NewImpl(i); err != nil {
