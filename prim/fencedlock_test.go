@@ -194,6 +194,12 @@ func TestRejectedInputsWriteNothing(t *testing.T) {
 		}{
 			{"expiring", func() { e.admin.Set(ctx, fence, "5", time.Hour) }, prim.ErrCounterExpiring},
 			{"negative", func() { e.admin.Set(ctx, fence, "-3", 0) }, prim.ErrCounterNegative},
+			// -1 becomes 0 under INCR and MinInt64 stays in range: the script
+			// must still see them as negative and put the counter back.
+			{"minus one", func() { e.admin.Set(ctx, fence, "-1", 0) }, prim.ErrCounterNegative},
+			{"MinInt64", func() { e.admin.Set(ctx, fence, "-9223372036854775808", 0) }, prim.ErrCounterNegative},
+			{"minus zero", func() { e.admin.Set(ctx, fence, "-0", 0) }, prim.ErrCounterNegative},
+			{"long negative", func() { e.admin.Set(ctx, fence, "-99999999999999999999", 0) }, prim.ErrCounterNegative},
 			{"not a number", func() { e.admin.Set(ctx, fence, "abc", 0) }, prim.ErrCounterMalformed},
 			{"fraction", func() { e.admin.Set(ctx, fence, "1.5", 0) }, prim.ErrCounterMalformed},
 			{"leading zero", func() { e.admin.Set(ctx, fence, "007", 0) }, prim.ErrCounterMalformed},
