@@ -81,7 +81,7 @@ func New(client redis.UniversalClient, opts ...Option) *Coordinator {
 	c.m = newMetrics(c.meter)
 	c.m.off = !recording
 	c.fences = newFencePool(client)
-	c.ws = &watchers{byAddr: map[string]*watcher{}}
+	c.ws = newWatchers()
 	return c
 }
 

@@ -82,7 +82,8 @@
 // waits) or a flush wakes every waiter on the node to check again. In Cluster
 // the watcher is on the node that serves the key's slot; after a failover the
 // waiter re-resolves the owner on its next wake. Call [Coordinator.Close] to
-// stop the watchers; the client stays the caller's.
+// stop the watchers: waits in progress end at once with [ErrClosed], and the
+// client stays the caller's.
 //
 // # Named leases in hash fields
 //

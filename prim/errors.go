@@ -60,3 +60,9 @@ var ErrReleasePending = errors.New("prim: release queued behind an in-flight ope
 // ErrUnsupportedClient is returned when an operation needs a dedicated connection
 // (CLIENT ID / CLIENT KILL fencing) and the client type offers none.
 var ErrUnsupportedClient = errors.New("prim: client type does not support dedicated connections")
+
+// ErrClosed is returned by waiting acquisitions (AcquireFencedLock,
+// AcquireLease) once the Coordinator is closed: a wait in progress ends with it
+// promptly, and a new one fails with it before sending anything. Immediate
+// acquisitions and held handles keep working after Close.
+var ErrClosed = errors.New("prim: coordinator closed")

@@ -71,7 +71,8 @@ func (c *Coordinator) TryAcquireLease(ctx context.Context, hashKey, field string
 // AcquireLease acquires the named lease, waiting as long as ctx allows. It waits
 // on invalidations of the whole hash key (so changes of other fields wake it for
 // another owner-checked attempt) and on the field's HPTTL deadline; it does not
-// poll. Errors are those of TryAcquireLease.
+// poll. Errors are those of TryAcquireLease, and ErrClosed once the
+// Coordinator is closed.
 func (c *Coordinator) AcquireLease(ctx context.Context, hashKey, field string, ttl time.Duration) (*Lease, error) {
 	hk, err := c.leaseArgs(hashKey, field, ttl)
 	if err != nil {

@@ -21,7 +21,8 @@ import (
 // Cancellation stops the wait. An acquisition the server may have accepted is
 // never replayed: if ctx ends while the script is in flight, the error matches
 // ErrUncertain and the lock is not returned, as for TryAcquireFencedLock.
-// Input and counter errors are those of TryAcquireFencedLock.
+// Input and counter errors are those of TryAcquireFencedLock. Closing the
+// Coordinator ends the wait with ErrClosed.
 func (c *Coordinator) AcquireFencedLock(ctx context.Context, leaseKey, counterKey string, ttl time.Duration) (*FencedLock, error) {
 	lk, ck, err := c.keyPair(leaseKey, counterKey)
 	if err != nil {
@@ -76,7 +77,13 @@ const fallbackRecheck = 50 * time.Millisecond
 // expiry deadline.
 func (c *Coordinator) waitUntil(ctx context.Context, key string, read func(context.Context, *redis.Conn) (int64, error),
 	attempt func(context.Context) (bool, time.Duration, error)) error {
+	closed := c.ws.closedc
 	for {
+		select {
+		case <-closed:
+			return fmt.Errorf("prim: waiting for %q: %w", key, ErrClosed)
+		default:
+		}
 		w, werr := c.watcherFor(ctx, key)
 		if werr != nil && ctx.Err() != nil {
 			return fmt.Errorf("prim: waiting for %q: %w", key, ctx.Err())
@@ -130,6 +137,7 @@ func (c *Coordinator) waitUntil(ctx context.Context, key string, read func(conte
 		case <-wake:
 		case <-timer:
 		case <-ctx.Done():
+		case <-closed:
 		}
 		if t != nil {
 			t.Stop()

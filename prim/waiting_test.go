@@ -358,3 +358,89 @@ func TestWaitingManyWaiters(t *testing.T) {
 		}
 	})
 }
+
+// Closing the Coordinator ends the waits in progress at once with ErrClosed
+// (not at the holder's deadline, and not by re-checking on a timer), refuses
+// new waits without I/O, and leaves immediate acquisitions and held handles
+// working.
+func TestWaitingCloseEndsWaits(t *testing.T) {
+	forEachBuild(t, func(t *testing.T, e *env) {
+		ctx := ctxT(t, time.Minute)
+		c, cnt := e.client(t)
+		co := prim.New(c)
+		view := co.WithPrefix("v:")
+		lease, fence := e.k("{c}:lease"), e.k("{c}:fence")
+		holder, err := co.TryAcquireFencedLock(ctx, lease, fence, 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vholder, err := view.TryAcquireFencedLock(ctx, lease, fence, 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The hash-field waiter needs a holder too, where the server has
+		// hash-field expiry; elsewhere its wait fails at once with the feature
+		// error, which is checked below.
+		hl, herr := co.TryAcquireLease(ctx, e.k("{c}:hash"), "f", 30*time.Second)
+		errc := make(chan error, 3)
+		for _, wait := range []func() error{
+			func() error { _, err := co.AcquireFencedLock(ctx, lease, fence, time.Second); return err },
+			func() error { _, err := view.AcquireFencedLock(ctx, lease, fence, time.Second); return err },
+			func() error { _, err := co.AcquireLease(ctx, e.k("{c}:hash"), "f", time.Second); return err },
+		} {
+			go func() { errc <- wait() }()
+		}
+		time.Sleep(300 * time.Millisecond) // all asleep
+		closed := time.Now()
+		if err := co.Close(); err != nil {
+			t.Fatal(err)
+		}
+		for range 3 {
+			select {
+			case err := <-errc:
+				if errors.Is(err, prim.ErrFeatureUnsupported) && herr != nil {
+					continue
+				}
+				if !errors.Is(err, prim.ErrClosed) {
+					t.Fatalf("a wait ended with %v, want ErrClosed", err)
+				}
+			case <-time.After(2 * time.Second):
+				t.Fatal("a wait outlived Close by 2s")
+			}
+		}
+		t.Logf("waits ended %v after Close", time.Since(closed))
+		if d := time.Since(closed); d > 500*time.Millisecond {
+			t.Fatalf("waits took %v to end after Close", d)
+		}
+		if err := co.Close(); err != nil { // idempotent
+			t.Fatal(err)
+		}
+		// A new wait fails before any I/O, on the Coordinator and on its views.
+		before := cnt.get()
+		if _, err := co.AcquireFencedLock(ctx, lease, fence, time.Second); !errors.Is(err, prim.ErrClosed) {
+			t.Fatalf("AcquireFencedLock after Close: %v", err)
+		}
+		if _, err := view.AcquireFencedLock(ctx, lease, fence, time.Second); !errors.Is(err, prim.ErrClosed) {
+			t.Fatalf("view's AcquireFencedLock after Close: %v", err)
+		}
+		if n := cnt.get() - before; n != 0 {
+			t.Fatalf("%d commands sent by waits on a closed Coordinator", n)
+		}
+		// Handles and immediate acquisitions still work.
+		if ok, err := holder.Renew(ctx, 30*time.Second); !ok || err != nil {
+			t.Fatalf("renew after Close: %v %v", ok, err)
+		}
+		if r, err := holder.Release(ctx); r != prim.Released || err != nil {
+			t.Fatalf("release after Close: %v %v", r, err)
+		}
+		vholder.Release(ctx)
+		if hl != nil {
+			hl.Release(ctx)
+		}
+		l, err := co.TryAcquireFencedLock(ctx, lease, fence, time.Second)
+		if err != nil || l.FencingToken() != holder.FencingToken()+1 {
+			t.Fatalf("TryAcquireFencedLock after Close: %v %v", l, err)
+		}
+		l.Release(ctx)
+	})
+}

@@ -268,7 +268,7 @@ func (w *watcher) track(ctx context.Context, read func(ctx context.Context, c *r
 	w.trMu.Lock()
 	defer w.trMu.Unlock()
 	if w.closed {
-		return 0, errors.New("prim: coordinator closed")
+		return 0, ErrClosed
 	}
 	w.mu.Lock()
 	id, epoch, sub := w.psID, w.psEpoch, w.subEpoch
@@ -346,9 +346,14 @@ func (w *watcher) close() {
 
 // watchers is the Coordinator's per-node watcher set, shared by its prefixed views.
 type watchers struct {
-	mu     sync.Mutex
-	byAddr map[string]*watcher
-	closed bool
+	mu      sync.Mutex
+	byAddr  map[string]*watcher
+	closed  bool
+	closedc chan struct{} // closed by Close: ends every wait in progress
+}
+
+func newWatchers() *watchers {
+	return &watchers{byAddr: map[string]*watcher{}, closedc: make(chan struct{})}
 }
 
 // watcherFor returns the watcher of the node that serves key, starting it on
@@ -362,7 +367,7 @@ func (c *Coordinator) watcherFor(ctx context.Context, key string) (*watcher, err
 	c.ws.mu.Lock()
 	defer c.ws.mu.Unlock()
 	if c.ws.closed {
-		return nil, errors.New("prim: coordinator closed")
+		return nil, ErrClosed
 	}
 	w := c.ws.byAddr[addr]
 	if w == nil {
@@ -373,8 +378,11 @@ func (c *Coordinator) watcherFor(ctx context.Context, key string) (*watcher, err
 }
 
 // Close stops the Coordinator's background watchers (the connections waiting
-// acquisitions use). Waiting calls in progress return an error; the caller's
-// client stays open. Handles keep working. Safe to call more than once.
+// acquisitions use) for it and every view WithPrefix made from it. Waits in
+// progress end promptly with an error matching ErrClosed (an acquisition script
+// already in flight is let finish, and returns the lock if it took it); later
+// waiting calls fail with ErrClosed before any I/O. Immediate acquisitions and held handles keep working, and the
+// caller's client stays open. Safe to call more than once.
 func (c *Coordinator) Close() error {
 	c.ws.mu.Lock()
 	if c.ws.closed {
@@ -382,6 +390,7 @@ func (c *Coordinator) Close() error {
 		return nil
 	}
 	c.ws.closed = true
+	close(c.ws.closedc)
 	ws := c.ws.byAddr
 	c.ws.byAddr = nil
 	c.ws.mu.Unlock()
