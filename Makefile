@@ -6,7 +6,7 @@ SERVERS_DIR ?= $(CURDIR)/.servers
 TEST_TIMEOUT ?= 18m
 export COORDTORTURE_SERVERS_DIR := $(SERVERS_DIR)
 
-.PHONY: all servers test test-short lint vet fmt bench torture torture-long clean help
+.PHONY: all servers test test-short lint vet fmt bench server-cost torture torture-long clean help
 TORTURE_DURATION ?= 5s
 TORTURE_IMPL ?= all
 TORTURE_LONG_DURATION ?= 1m
@@ -49,6 +49,9 @@ torture-long: servers ## the suite on every fetched build, TORTURE_LONG_DURATION
 
 bench: servers ## benchmarks (prim beside its peers on the default build)
 	COORDTORTURE_SERVERS=redis-8.0 $(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./...
+
+server-cost: servers ## instructions per call each lock command costs the server (callgrind; needs valgrind)
+	@scripts/server-cost.sh $(BUILD)
 
 clean: ## remove fetched servers
 	rm -rf .servers .images

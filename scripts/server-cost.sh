@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# server-cost.sh — what each lock command costs the server, in CPU instructions
+# per call, counted by valgrind's callgrind: the same figure on every run and
+# whatever else the machine is doing (wall-clock benchmarks on a shared 2-core VM
+# move by ±20% between runs; this does not).
+#
+# For each command it starts the build's server under callgrind, sends N calls
+# with redis-benchmark (pipelined by 16, a fresh random lease key each call),
+# shuts the server down and subtracts an idle run's count. The figure includes
+# reading, parsing and replying, as a server spends them. The server runs with
+# hz 1, so its background cron (which runs by wall time, and so more under
+# valgrind's slowdown) stays out of the figures.
+#
+# Usage: scripts/server-cost.sh [BUILD] [N]   (default redis-8.0, 20000)
+# Needs: valgrind (apt-get install valgrind) and `make servers`.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-redis-8.0}
+n=${2:-20000}
+root=${COORDTORTURE_SERVERS_DIR:-$here/.servers}/$build
+command -v valgrind >/dev/null || { echo "server-cost: valgrind is not installed (apt-get install valgrind)" >&2; exit 2; }
+[ -f "$root/MANIFEST" ] || { echo "server-cost: $build not found under ${root%/*}: run make servers" >&2; exit 2; }
+flavor=redis; case $build in valkey*) flavor=valkey;; esac
+loader=$root/$(sed -n 's/^loader: //p' "$root/MANIFEST")
+libs=$root/lib/x86_64-linux-gnu:$root/usr/lib/x86_64-linux-gnu
+tool() { "$loader" --library-path "$libs" "$root/usr/bin/$flavor-$1" "${@:2}"; }
+
+work=$(mktemp -d /tmp/coordtorture-cost.XXXXXX)
+trap 'tool cli -s "$work/s" shutdown nosave >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
+
+# The scripts, exactly as each implementation sends them.
+acquire=$(cat "$here/prim/scripts/fenced_acquire.lua")
+release=$(cat "$here/prim/scripts/lease_release.lua")
+casdel="if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+onecall="return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])"
+sha() { printf %s "$1" | sha1sum | cut -c1-40; }
+
+# instructions SERVER-RUN: total Ir of one server lifetime running "$@" N times.
+instructions() {
+  rm -f "$work/cg" "$work/s"
+  valgrind --tool=callgrind --callgrind-out-file="$work/cg" "$loader" --library-path "$libs" \
+    "$root/usr/bin/$flavor-server" --port 0 --unixsocket "$work/s" --save '' --appendonly no --hz 1 \
+    >"$work/log" 2>&1 &
+  local pid=$! i
+  for i in $(seq 100); do tool cli -s "$work/s" ping >/dev/null 2>&1 && break; sleep 0.2; done
+  for s in "$acquire" "$release" "$casdel" "$onecall" "return 1"; do
+    tool cli -s "$work/s" script load "$s" >/dev/null
+  done
+  if [ "$1" != idle ]; then
+    tool benchmark -s "$work/s" -P 16 -n "$n" -r 100000000 -q "$@" >/dev/null 2>&1
+  fi
+  tool cli -s "$work/s" shutdown nosave >/dev/null 2>&1 || true
+  wait "$pid" || true
+  awk '/^(summary|totals):/ {print $2; exit}' "$work/cg"
+}
+
+owner=0123456789abcdef0123456789abcdef
+echo "server-cost: $build, $n calls each, instructions per call (callgrind)"
+idle=$(instructions idle)
+row() {
+  local name=$1; shift
+  local total; total=$(instructions "$@")
+  printf '  %-44s %8d\n' "$name" $(((total - idle) / n))
+}
+row "SET NX PX (the baseline's acquisition)" SET "L:__rand_int__" "$owner" NX PX 10000
+row "EVALSHA of 'return 1' (a script's floor)" EVALSHA "$(sha "return 1")" 0
+row "one-call script SET NX PX (redislock's kind)" EVALSHA "$(sha "$onecall")" 1 "L:__rand_int__" "$owner" 10000
+row "prim fenced acquisition (fenced_acquire.lua)" EVALSHA "$(sha "$acquire")" 2 "L:__rand_int__" C "$owner" 10000
+row "prim release of a missing lease" EVALSHA "$(sha "$release")" 1 "L:__rand_int__" "$owner" 0
+row "compare-and-delete of a missing lease" EVALSHA "$(sha "$casdel")" 1 "L:__rand_int__" "$owner"
