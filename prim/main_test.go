@@ -29,6 +29,9 @@ func TestMain(m *testing.M) {
 	// A rapid failure is reported in the test output with its seed; no fail
 	// files are written into the source tree.
 	_ = flag.Set("rapid.nofailfile", "true")
+	if spec := os.Getenv(holderEnv); spec != "" {
+		os.Exit(runHolder(spec)) // the other process of BenchmarkHandOffAcrossProcesses
+	}
 	code := func() int {
 		defer func() {
 			serversMu.Lock()
