@@ -194,8 +194,9 @@ func TestRejectedInputsWriteNothing(t *testing.T) {
 		}{
 			{"expiring", func() { e.admin.Set(ctx, fence, "5", time.Hour) }, prim.ErrCounterExpiring},
 			{"negative", func() { e.admin.Set(ctx, fence, "-3", 0) }, prim.ErrCounterNegative},
-			// -1 becomes 0 under INCR and MinInt64 stays in range: the script
-			// must still see them as negative and put the counter back.
+			// INCR alone would accept these (-1 would become 0, MinInt64 and
+			// -0 are in range or malformed, a long one out of range): the script
+			// must refuse them as negative before incrementing.
 			{"minus one", func() { e.admin.Set(ctx, fence, "-1", 0) }, prim.ErrCounterNegative},
 			{"MinInt64", func() { e.admin.Set(ctx, fence, "-9223372036854775808", 0) }, prim.ErrCounterNegative},
 			{"minus zero", func() { e.admin.Set(ctx, fence, "-0", 0) }, prim.ErrCounterNegative},

@@ -85,6 +85,10 @@ func (c *Coordinator) waitUntil(ctx context.Context, key string, read func(conte
 		default:
 		}
 		w, werr := c.watcherFor(ctx, key)
+		if errors.Is(werr, ErrClosed) {
+			// Closed between the check above and here: still nothing sent.
+			return fmt.Errorf("prim: waiting for %q: %w", key, ErrClosed)
+		}
 		if werr != nil && ctx.Err() != nil {
 			return fmt.Errorf("prim: waiting for %q: %w", key, ctx.Err())
 		}
@@ -95,7 +99,10 @@ func (c *Coordinator) waitUntil(ctx context.Context, key string, read func(conte
 		var wt *waiter
 		tracked := false
 		if w != nil {
-			if werr = w.waitReady(ctx); werr != nil {
+			if werr = w.waitReady(ctx, closed); werr != nil {
+				if errors.Is(werr, ErrClosed) {
+					return fmt.Errorf("prim: waiting for %q: %w", key, ErrClosed)
+				}
 				w = nil
 			}
 		}
@@ -103,6 +110,9 @@ func (c *Coordinator) waitUntil(ctx context.Context, key string, read func(conte
 			wt = w.register(key)
 			v, terr := w.track(ctx, read)
 			switch {
+			case errors.Is(terr, ErrClosed):
+				w.unregister(key, wt)
+				return fmt.Errorf("prim: waiting for %q: %w", key, ErrClosed)
 			case terr == nil && v < -1:
 				// Gone by the time it was tracked: try again now.
 				w.unregister(key, wt)

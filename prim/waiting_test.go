@@ -368,6 +368,7 @@ func TestWaitingCloseEndsWaits(t *testing.T) {
 		ctx := ctxT(t, time.Minute)
 		c, cnt := e.client(t)
 		co := prim.New(c)
+		defer co.Close()
 		view := co.WithPrefix("v:")
 		lease, fence := e.k("{c}:lease"), e.k("{c}:fence")
 		holder, err := co.TryAcquireFencedLock(ctx, lease, fence, 30*time.Second)
@@ -390,11 +391,12 @@ func TestWaitingCloseEndsWaits(t *testing.T) {
 		} {
 			go func() { errc <- wait() }()
 		}
-		time.Sleep(300 * time.Millisecond) // all asleep
+		// Most likely all asleep by now; a wait still connecting its watcher,
+		// attempting or tracking must end on Close just the same.
+		time.Sleep(300 * time.Millisecond)
 		closed := time.Now()
-		if err := co.Close(); err != nil {
-			t.Fatal(err)
-		}
+		closeErr := make(chan error, 1)
+		go func() { closeErr <- co.Close() }() // the waits end before Close returns
 		for range 3 {
 			select {
 			case err := <-errc:
@@ -408,9 +410,12 @@ func TestWaitingCloseEndsWaits(t *testing.T) {
 				t.Fatal("a wait outlived Close by 2s")
 			}
 		}
-		t.Logf("waits ended %v after Close", time.Since(closed))
+		t.Logf("waits ended %v after Close began", time.Since(closed))
 		if d := time.Since(closed); d > time.Second {
-			t.Fatalf("waits took %v to end after Close", d)
+			t.Fatalf("waits took %v to end after Close began", d)
+		}
+		if err := <-closeErr; err != nil {
+			t.Fatal(err)
 		}
 		if err := co.Close(); err != nil { // idempotent
 			t.Fatal(err)
@@ -422,6 +427,9 @@ func TestWaitingCloseEndsWaits(t *testing.T) {
 		}
 		if _, err := view.AcquireFencedLock(ctx, lease, fence, time.Second); !errors.Is(err, prim.ErrClosed) {
 			t.Fatalf("view's AcquireFencedLock after Close: %v", err)
+		}
+		if _, err := co.AcquireLease(ctx, e.k("{c}:hash"), "g", time.Second); !errors.Is(err, prim.ErrClosed) {
+			t.Fatalf("AcquireLease after Close: %v", err)
 		}
 		if n := cnt.get() - before; n != 0 {
 			t.Fatalf("%d commands sent by waits on a closed Coordinator", n)
@@ -441,6 +449,32 @@ func TestWaitingCloseEndsWaits(t *testing.T) {
 		if err != nil || l.FencingToken() != holder.FencingToken()+1 {
 			t.Fatalf("TryAcquireFencedLock after Close: %v %v", l, err)
 		}
-		l.Release(ctx)
+		defer l.Release(ctx)
+		// Close right after the waits start, while their watcher is still
+		// connecting and subscribing, or they are attempting or tracking: they
+		// end just as promptly.
+		for i := range 8 {
+			co2 := prim.New(c)
+			errc := make(chan error, 2)
+			for range 2 {
+				go func() { _, err := co2.AcquireFencedLock(ctx, lease, fence, time.Second); errc <- err }()
+			}
+			time.Sleep(time.Duration(i) * time.Millisecond)
+			closed := time.Now()
+			go co2.Close()
+			for range 2 {
+				select {
+				case err := <-errc:
+					if !errors.Is(err, prim.ErrClosed) {
+						t.Fatalf("a wait closed after %dms ended with %v, want ErrClosed", i, err)
+					}
+				case <-time.After(2 * time.Second):
+					t.Fatalf("a wait closed after %dms outlived Close by 2s", i)
+				}
+			}
+			if d := time.Since(closed); d > time.Second {
+				t.Fatalf("waits closed after %dms took %v to end", i, d)
+			}
+		}
 	})
 }

@@ -310,8 +310,9 @@ func (w *watcher) readyLocked() {
 	}
 }
 
-// waitReady waits (bounded) until the Pub/Sub connection is subscribed.
-func (w *watcher) waitReady(ctx context.Context) error {
+// waitReady waits (bounded) until the Pub/Sub connection is subscribed, or
+// until closed is closed (ErrClosed).
+func (w *watcher) waitReady(ctx context.Context, closed <-chan struct{}) error {
 	w.mu.Lock()
 	ready := w.readyc
 	w.mu.Unlock()
@@ -327,6 +328,8 @@ func (w *watcher) waitReady(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-closed:
+		return ErrClosed
 	case <-t.C:
 		return errors.New("prim: invalidation subscription did not connect in 2s")
 	}
@@ -377,12 +380,13 @@ func (c *Coordinator) watcherFor(ctx context.Context, key string) (*watcher, err
 	return w, nil
 }
 
-// Close stops the Coordinator's background watchers (the connections waiting
-// acquisitions use) for it and every view WithPrefix made from it. Waits in
-// progress end promptly with an error matching ErrClosed (an acquisition script
-// already in flight is let finish, and returns the lock if it took it); later
-// waiting calls fail with ErrClosed before any I/O. Immediate acquisitions and held handles keep working, and the
-// caller's client stays open. Safe to call more than once.
+// Close stops the background watchers (the connections waiting acquisitions
+// use). A Coordinator and the views WithPrefix made from it share them, so Close
+// on any of them ends waiting for all of them. Waits in progress end promptly
+// with an error matching ErrClosed (an acquisition script already in flight is
+// let finish, and returns the lock if it took it); later waiting calls fail
+// with ErrClosed before any I/O. Immediate acquisitions and held handles keep
+// working, and the caller's client stays open. Safe to call more than once.
 func (c *Coordinator) Close() error {
 	c.ws.mu.Lock()
 	if c.ws.closed {
