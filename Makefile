@@ -50,7 +50,7 @@ torture-long: servers ## the suite on every fetched build, TORTURE_LONG_DURATION
 bench: servers ## benchmarks (prim beside its peers on the default build)
 	COORDTORTURE_SERVERS=redis-8.0 $(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./...
 
-server-cost: servers ## instructions per call each lock command costs the server (callgrind; needs valgrind)
+server-cost: servers ## instructions per call each lock command costs the server (callgrind; needs valgrind; BUILD=valkey-9.1 for another build)
 	@scripts/server-cost.sh $(BUILD)
 
 clean: ## remove fetched servers

@@ -112,18 +112,27 @@
 //
 // # Cost
 //
-// Every operation is one round trip, except those that need a dedicated
-// connection's id first (Renew, TryAcquireLease: CLIENT ID, then the script).
-// On the server a fenced acquisition is one script making five calls (PTTL of
-// the lease, PTTL and GET of the counter, INCR, SET): each call costs about what
-// the script's own start-up does, so the acquisition costs about five times a
-// plain SET NX PX and 1.7 times a locking script that only runs SET NX PX (about
-// 51k, 10k and 30k instructions per call on Redis 8.0, as counted by the
-// repository's scripts/server-cost.sh). Those checks are what make the token
-// trustworthy (no lease on an expiring, negative or malformed counter; nothing
-// written when one is refused). Releases cost what any compare-and-delete
-// script costs. A waiter sends nothing while it waits; the watcher sends one
-// PING a second per node while anyone waits.
+// An operation is one round trip once its script is loaded (the first use of a
+// script on a server adds EVALSHA's NOSCRIPT reply and EVAL), except where a
+// dedicated connection's id is needed first: Renew and every TryAcquireLease
+// attempt send CLIENT ID, then the script. A waiting acquisition adds, after a
+// contended attempt, one tracking read, and each wake-up costs one attempt.
+//
+// On the server a fenced acquisition is one script that calls PTTL on the
+// lease, PTTL and GET on the counter, INCR and SET (four calls for the first
+// acquisition of a new counter; a sixth, GET, past 2^53). Counted with the
+// repository's scripts/server-cost.sh on Redis 8.0, pipelined 16 deep and
+// including reading and replying: a plain SET NX PX costs about 10k
+// instructions, a script that only returns about the same, a script whose one
+// call is SET NX PX about 30k, and the fenced acquisition about 51k. Those
+// checks are what make the token trustworthy: no lease on an expiring, negative
+// or malformed counter, and nothing written when one is refused. A release
+// costs what any compare-and-delete script costs.
+//
+// A waiter sends nothing while it waits. Its watcher sends one PING a second
+// per node on the tracking connection while anyone waits, and pings the
+// Pub/Sub connection after every 2s without traffic for as long as the watcher
+// exists (until [Coordinator.Close]).
 //
 // # ACL permissions
 //

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # server-cost.sh — what each lock command costs the server, in CPU instructions
-# per call, counted by valgrind's callgrind: the same figure on every run and
+# per call, counted by valgrind's callgrind: nearly the same figure on every run and
 # whatever else the machine is doing (wall-clock benchmarks on a shared 2-core VM
-# move by ±20% between runs; this does not).
+# move by ±20% between runs; this moves by well under 1%: the keys are random
+# and some expire during the run).
 #
 # For each command it starts the build's server under callgrind, sends N calls
 # with redis-benchmark (pipelined by 16, a fresh random lease key each call),
@@ -15,19 +16,32 @@
 # Needs: valgrind (apt-get install valgrind) and `make servers`.
 set -euo pipefail
 
+shopt -s inherit_errexit
+
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-redis-8.0}
 n=${2:-20000}
 root=${COORDTORTURE_SERVERS_DIR:-$here/.servers}/$build
 command -v valgrind >/dev/null || { echo "server-cost: valgrind is not installed (apt-get install valgrind)" >&2; exit 2; }
-[ -f "$root/MANIFEST" ] || { echo "server-cost: $build not found under ${root%/*}: run make servers" >&2; exit 2; }
+grep -qx 'complete: yes' "$root/MANIFEST" 2>/dev/null || { echo "server-cost: $build not found under ${root%/*}: run make servers" >&2; exit 2; }
 flavor=redis; case $build in valkey*) flavor=valkey;; esac
 loader=$root/$(sed -n 's/^loader: //p' "$root/MANIFEST")
 libs=$root/lib/x86_64-linux-gnu:$root/usr/lib/x86_64-linux-gnu
 tool() { "$loader" --library-path "$libs" "$root/usr/bin/$flavor-$1" "${@:2}"; }
 
 work=$(mktemp -d /tmp/coordtorture-cost.XXXXXX)
-trap 'tool cli -s "$work/s" shutdown nosave >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
+pid=
+stop_server() {
+  [ -n "$pid" ] || return 0
+  kill "$pid" 2>/dev/null || true # SIGTERM: the server exits cleanly
+  local i
+  for i in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+  kill -9 "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  pid=
+}
+trap 'stop_server; rm -rf "$work"' EXIT
+trap 'exit 130' INT TERM
 
 # The scripts, exactly as each implementation sends them.
 acquire=$(cat "$here/prim/scripts/fenced_acquire.lua")
@@ -36,31 +50,52 @@ casdel="if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', K
 onecall="return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])"
 sha() { printf %s "$1" | sha1sum | cut -c1-40; }
 
-# instructions SERVER-RUN: total Ir of one server lifetime running "$@" N times.
-instructions() {
+# measure ARGS…: runs one server lifetime under callgrind that serves the
+# command N times (none for "idle") and sets $total to its instruction count.
+measure() {
   rm -f "$work/cg" "$work/s"
   valgrind --tool=callgrind --callgrind-out-file="$work/cg" "$loader" --library-path "$libs" \
     "$root/usr/bin/$flavor-server" --port 0 --unixsocket "$work/s" --save '' --appendonly no --hz 1 \
     >"$work/log" 2>&1 &
-  local pid=$! i
-  for i in $(seq 100); do tool cli -s "$work/s" ping >/dev/null 2>&1 && break; sleep 0.2; done
+  pid=$!
+  local i up=0
+  for i in $(seq 300); do
+    if tool cli -s "$work/s" ping >/dev/null 2>&1; then up=1; break; fi
+    sleep 0.2
+  done
+  if [ $up = 0 ]; then
+    echo "server-cost: $flavor-server under valgrind did not answer in 60s; its log:" >&2
+    tail -20 "$work/log" >&2
+    exit 1
+  fi
   for s in "$acquire" "$release" "$casdel" "$onecall" "return 1"; do
     tool cli -s "$work/s" script load "$s" >/dev/null
   done
   if [ "$1" != idle ]; then
-    tool benchmark -s "$work/s" -P 16 -n "$n" -r 100000000 -q "$@" >/dev/null 2>&1
+    # One call first, to see that it is answered, not refused: an error reply
+    # would be counted as cheaply as any other.
+    local reply
+    reply=$(tool cli -s "$work/s" "$@" 2>&1)
+    if grep -qE '^(\(error\) )?[A-Z]+ ' <<<"$reply" && ! grep -qE '^[0-9-]' <<<"$reply"; then
+      echo "server-cost: '$*' was refused: $reply" >&2
+      exit 1
+    fi
+    tool benchmark -s "$work/s" -P 16 -n "$n" -r 100000000 -q "$@" >"$work/bench.log" 2>&1 || {
+      echo "server-cost: the benchmark of '$*' failed:" >&2; tail -5 "$work/bench.log" >&2; exit 1; }
   fi
   tool cli -s "$work/s" shutdown nosave >/dev/null 2>&1 || true
-  wait "$pid" || true
-  awk '/^(summary|totals):/ {print $2; exit}' "$work/cg"
+  stop_server
+  total=$(awk '/^(summary|totals):/ {print $2; exit}' "$work/cg")
+  [[ $total =~ ^[0-9]+$ ]] || { echo "server-cost: no instruction count in callgrind's output" >&2; exit 1; }
 }
 
 owner=0123456789abcdef0123456789abcdef
 echo "server-cost: $build, $n calls each, instructions per call (callgrind)"
-idle=$(instructions idle)
+measure idle
+idle=$total
 row() {
   local name=$1; shift
-  local total; total=$(instructions "$@")
+  measure "$@"
   printf '  %-44s %8d\n' "$name" $(((total - idle) / n))
 }
 row "SET NX PX (the baseline's acquisition)" SET "L:__rand_int__" "$owner" NX PX 10000
