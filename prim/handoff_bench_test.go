@@ -34,6 +34,9 @@ type primWaiting struct {
 	lease, fnce string
 }
 
+// Close stops the Coordinator's watcher.
+func (p primWaiting) Close() error { return p.co.Close() }
+
 func (p primWaiting) try(ctx context.Context) (func(), error) {
 	l, err := p.co.TryAcquireFencedLock(ctx, p.lease, p.fnce, 10*time.Second)
 	if err != nil {
@@ -98,11 +101,13 @@ func (r redsyncWaiting) wait(ctx context.Context) (func(), error) {
 	}
 }
 
-func waitingImpls(c *redis.Client, tag string) []struct {
+// waitingImpls builds each implementation's waiting lock on c; cleanup closes
+// what they started (prim's watcher).
+func waitingImpls(c *redis.Client, tag string) (impls []struct {
 	name string
 	l    waitingLock
-} {
-	return []struct {
+}, cleanup func()) {
+	impls = []struct {
 		name string
 		l    waitingLock
 	}{
@@ -110,6 +115,23 @@ func waitingImpls(c *redis.Client, tag string) []struct {
 		{"redislock", redislockWaiting{redislock.New(c), "ho-rl" + tag}},
 		{"redsync", redsyncWaiting{redsync.New(goredis.NewPool(c)), "ho-rs" + tag}},
 	}
+	return impls, func() {
+		for _, impl := range impls {
+			if cl, ok := impl.l.(interface{ Close() error }); ok {
+				_ = cl.Close()
+			}
+		}
+	}
+}
+
+// benchImpls is waitingImpls closed when b ends.
+func benchImpls(b *testing.B, c *redis.Client, tag string) []struct {
+	name string
+	l    waitingLock
+} {
+	impls, cleanup := waitingImpls(c, tag)
+	b.Cleanup(cleanup)
+	return impls
 }
 
 // BenchmarkHandOff measures the hand-off of a held lock to a waiter, for each
@@ -140,8 +162,10 @@ func BenchmarkHandOff(b *testing.B) {
 	c := direct(b, topo, 8)
 	ctx := context.Background()
 	idle := func() { time.Sleep(10*time.Millisecond + rand.N(10*time.Millisecond)) }
-	for _, impl := range waitingImpls(c, fmt.Sprint(time.Now().UnixNano())) {
+	for _, impl := range benchImpls(b, c, fmt.Sprint(time.Now().UnixNano())) {
 		b.Run(impl.name, func(b *testing.B) {
+			ctx, cancel := context.WithCancel(ctx) // a failed iteration leaves no waiter behind
+			b.Cleanup(cancel)
 			var invoke, reply, rel, rttIdle, rtt []time.Duration
 			release, err := impl.l.try(ctx)
 			if err != nil {
@@ -227,7 +251,7 @@ func BenchmarkIdleWaiters(b *testing.B) {
 	}
 	c := direct(b, topo, 120)
 	admin := topo.Nodes()[0].Admin()
-	for _, impl := range waitingImpls(c, fmt.Sprint(time.Now().UnixNano())) {
+	for _, impl := range benchImpls(b, c, fmt.Sprint(time.Now().UnixNano())) {
 		b.Run(impl.name, func(b *testing.B) {
 			for b.Loop() {
 				ctx, cancel := context.WithCancel(context.Background())
@@ -286,9 +310,12 @@ func BenchmarkHandOffAcrossProcesses(b *testing.B) {
 	c := direct(b, topo, 8)
 	ctx := context.Background()
 	tag := fmt.Sprint(time.Now().UnixNano())
-	for _, impl := range waitingImpls(c, tag) {
+	for _, impl := range benchImpls(b, c, tag) {
 		b.Run(impl.name, func(b *testing.B) {
 			h := startHolder(b, addr, impl.name, tag)
+			// A failed iteration leaves no waiter behind.
+			ctx, cancel := context.WithCancel(ctx)
+			b.Cleanup(cancel)
 			var invoke, reply, rel []time.Duration
 			for b.Loop() {
 				h.do(b, "acquire")
@@ -338,7 +365,12 @@ type holder struct {
 }
 
 func startHolder(b *testing.B, addr, impl, tag string) *holder {
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	exe, err := os.Executable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, kill := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, exe, "-test.run=^$")
 	cmd.Env = append(os.Environ(), holderEnv+"="+addr+" "+impl+" "+tag)
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
@@ -352,7 +384,13 @@ func startHolder(b *testing.B, addr, impl, tag string) *holder {
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { in.Close(); _ = cmd.Wait() }) // the helper exits on EOF
+	b.Cleanup(func() {
+		in.Close() // the helper exits on EOF; one stuck in a command is killed
+		t := time.AfterFunc(5*time.Second, kill)
+		_ = cmd.Wait()
+		t.Stop()
+		kill()
+	})
 	return &holder{in: in, out: bufio.NewReader(out)}
 }
 
@@ -382,8 +420,10 @@ func runHolder(spec string) int {
 	}
 	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 2})
 	defer c.Close()
+	impls, cleanup := waitingImpls(c, tag)
+	defer cleanup()
 	var l waitingLock
-	for _, impl := range waitingImpls(c, tag) {
+	for _, impl := range impls {
 		if impl.name == name {
 			l = impl.l
 		}
@@ -399,16 +439,22 @@ func runHolder(spec string) int {
 		switch in.Text() {
 		case "acquire":
 			var err error
-			release, err = l.try(ctx)
-			if err != nil {
+			if release, err = l.try(ctx); err != nil {
 				fmt.Println("error", err)
 				continue
 			}
 			fmt.Println("ok")
 		case "release":
+			if release == nil {
+				fmt.Println("error no lock held")
+				continue
+			}
 			t0 := time.Now().UnixNano()
 			release()
+			release = nil
 			fmt.Println(t0, time.Now().UnixNano())
+		default:
+			fmt.Println("error unknown command", in.Text())
 		}
 	}
 	return 0
