@@ -78,8 +78,30 @@ func WriteSummary(w io.Writer, r *Run) error {
 			}
 		}
 	}
-	fmt.Fprintf(w, "\noverall: %s\n", r.Verdict())
+	fmt.Fprintf(w, "\noverall: %s%s\n", r.Verdict(), r.byImpl())
 	return nil
+}
+
+// byImpl is " (prim: HAZARD, redislock: FAIL)" when the run has several
+// implementations, so a reader sees whose verdict the overall one is; "" else.
+func (r *Run) byImpl() string {
+	var order []string
+	worst := map[string]scenarios.Verdict{}
+	for _, o := range r.Outcomes {
+		v, seen := worst[o.Impl]
+		if !seen {
+			order = append(order, o.Impl)
+		}
+		worst[o.Impl] = scenarios.Worst(v, o.Verdict)
+	}
+	if len(order) < 2 {
+		return ""
+	}
+	parts := make([]string, len(order))
+	for i, impl := range order {
+		parts[i] = impl + ": " + string(worst[impl])
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
 }
 
 type junitSuites struct {

@@ -60,10 +60,20 @@ func TestSummaryAndDir(t *testing.T) {
 	if err := reports.WriteSummary(&b, sample()); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"fenced-lock/b", "FAIL fenced-lock/b [redislock] fenced-resource", "fenced-resource evidence", "overall: FAIL"} {
+	for _, want := range []string{"fenced-lock/b", "FAIL fenced-lock/b [redislock] fenced-resource", "fenced-resource evidence", "overall: FAIL (prim: PASS, redislock: FAIL)"} {
 		if !strings.Contains(b.String(), want) {
 			t.Fatalf("summary lacks %q:\n%s", want, b.String())
 		}
+	}
+	// One implementation: the overall verdict is its own, said once.
+	one := sample()
+	one.Outcomes = one.Outcomes[:1]
+	b.Reset()
+	if err := reports.WriteSummary(&b, one); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(b.String(), "\noverall: PASS\n") {
+		t.Fatalf("one implementation's summary ends:\n%s", b.String())
 	}
 	dir := t.TempDir()
 	r := sample()
