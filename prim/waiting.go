@@ -78,16 +78,17 @@ const fallbackRecheck = 50 * time.Millisecond
 func (c *Coordinator) waitUntil(ctx context.Context, key string, read func(context.Context, *redis.Conn) (int64, error),
 	attempt func(context.Context) (bool, time.Duration, error)) error {
 	closed := c.ws.closedc
+	closedErr := func() error { return fmt.Errorf("prim: waiting for %q: %w", key, ErrClosed) }
 	for {
 		select {
 		case <-closed:
-			return fmt.Errorf("prim: waiting for %q: %w", key, ErrClosed)
+			return closedErr()
 		default:
 		}
 		w, werr := c.watcherFor(ctx, key)
 		if errors.Is(werr, ErrClosed) {
 			// Closed between the check above and here: still nothing sent.
-			return fmt.Errorf("prim: waiting for %q: %w", key, ErrClosed)
+			return closedErr()
 		}
 		if werr != nil && ctx.Err() != nil {
 			return fmt.Errorf("prim: waiting for %q: %w", key, ctx.Err())
@@ -101,7 +102,7 @@ func (c *Coordinator) waitUntil(ctx context.Context, key string, read func(conte
 		if w != nil {
 			if werr = w.waitReady(ctx, closed); werr != nil {
 				if errors.Is(werr, ErrClosed) {
-					return fmt.Errorf("prim: waiting for %q: %w", key, ErrClosed)
+					return closedErr()
 				}
 				w = nil
 			}
@@ -112,7 +113,7 @@ func (c *Coordinator) waitUntil(ctx context.Context, key string, read func(conte
 			switch {
 			case errors.Is(terr, ErrClosed):
 				w.unregister(key, wt)
-				return fmt.Errorf("prim: waiting for %q: %w", key, ErrClosed)
+				return closedErr()
 			case terr == nil && v < -1:
 				// Gone by the time it was tracked: try again now.
 				w.unregister(key, wt)
