@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -29,10 +30,15 @@ type Run struct {
 }
 
 // Verdict is the worst verdict of the run.
-func (r *Run) Verdict() scenarios.Verdict {
+func (r *Run) Verdict() scenarios.Verdict { return r.VerdictOf("") }
+
+// VerdictOf is the worst verdict of one implementation's outcomes ("": all).
+func (r *Run) VerdictOf(impl string) scenarios.Verdict {
 	var vs []scenarios.Verdict
 	for _, o := range r.Outcomes {
-		vs = append(vs, o.Verdict)
+		if impl == "" || o.Impl == impl {
+			vs = append(vs, o.Verdict)
+		}
 	}
 	return scenarios.Worst(vs...)
 }
@@ -85,21 +91,18 @@ func WriteSummary(w io.Writer, r *Run) error {
 // byImpl is " (prim: HAZARD, redislock: FAIL)" when the run has several
 // implementations, so a reader sees whose verdict the overall one is; "" else.
 func (r *Run) byImpl() string {
-	var order []string
-	worst := map[string]scenarios.Verdict{}
+	var impls []string
 	for _, o := range r.Outcomes {
-		v, seen := worst[o.Impl]
-		if !seen {
-			order = append(order, o.Impl)
+		if !slices.Contains(impls, o.Impl) {
+			impls = append(impls, o.Impl)
 		}
-		worst[o.Impl] = scenarios.Worst(v, o.Verdict)
 	}
-	if len(order) < 2 {
+	if len(impls) < 2 {
 		return ""
 	}
-	parts := make([]string, len(order))
-	for i, impl := range order {
-		parts[i] = impl + ": " + string(worst[impl])
+	parts := make([]string, len(impls))
+	for i, impl := range impls {
+		parts[i] = impl + ": " + string(r.VerdictOf(impl))
 	}
 	return " (" + strings.Join(parts, ", ") + ")"
 }

@@ -354,13 +354,7 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 	if f.impl == "all" {
 		// The peers run beside prim to show what breaks for them (they have
 		// no fencing tokens); their FAILs are findings, not the exit status.
-		var vs []scenarios.Verdict
-		for _, o := range rep.Outcomes {
-			if o.Impl == "prim" {
-				vs = append(vs, o.Verdict)
-			}
-		}
-		verdict = scenarios.Worst(vs...)
+		verdict = rep.VerdictOf("prim")
 		fmt.Fprintf(stdout, "exit status from prim's verdicts (%s); the peer libraries' verdicts above are for comparison\n", verdict)
 	}
 	switch verdict {
