@@ -101,16 +101,16 @@ func (r redsyncWaiting) wait(ctx context.Context) (func(), error) {
 	}
 }
 
-// waitingImpls builds each implementation's waiting lock on c; cleanup closes
-// what they started (prim's watcher).
-func waitingImpls(c *redis.Client, tag string) (impls []struct {
+// waitingImpl is one implementation's waiting lock, by name.
+type waitingImpl struct {
 	name string
 	l    waitingLock
-}, cleanup func()) {
-	impls = []struct {
-		name string
-		l    waitingLock
-	}{
+}
+
+// waitingImpls builds each implementation's waiting lock on c; cleanup closes
+// what they started (prim's watcher).
+func waitingImpls(c *redis.Client, tag string) (impls []waitingImpl, cleanup func()) {
+	impls = []waitingImpl{
 		{"prim", primWaiting{prim.New(c), "{ho" + tag + "}:lease", "{ho" + tag + "}:fence"}},
 		{"redislock", redislockWaiting{redislock.New(c), "ho-rl" + tag}},
 		{"redsync", redsyncWaiting{redsync.New(goredis.NewPool(c)), "ho-rs" + tag}},
@@ -125,10 +125,7 @@ func waitingImpls(c *redis.Client, tag string) (impls []struct {
 }
 
 // benchImpls is waitingImpls closed when b ends.
-func benchImpls(b *testing.B, c *redis.Client, tag string) []struct {
-	name string
-	l    waitingLock
-} {
+func benchImpls(b *testing.B, c *redis.Client, tag string) []waitingImpl {
 	impls, cleanup := waitingImpls(c, tag)
 	b.Cleanup(cleanup)
 	return impls
@@ -161,7 +158,6 @@ func BenchmarkHandOff(b *testing.B) {
 	}
 	c := direct(b, topo, 8)
 	ctx := context.Background()
-	idle := func() { time.Sleep(10*time.Millisecond + rand.N(10*time.Millisecond)) }
 	for _, impl := range benchImpls(b, c, fmt.Sprint(time.Now().UnixNano())) {
 		b.Run(impl.name, func(b *testing.B) {
 			ctx, cancel := context.WithCancel(ctx) // a failed iteration leaves no waiter behind
@@ -232,6 +228,10 @@ func BenchmarkHandOff(b *testing.B) {
 		}
 	})
 }
+
+// idle lets a waiter settle into its wait (and every process go idle) for
+// 10–20ms, so a release lands at a random point of a polling peer's retry cycle.
+func idle() { time.Sleep(10*time.Millisecond + rand.N(10*time.Millisecond)) }
 
 // pctl is the p-th percentile of ds (sorted in place).
 func pctl(ds []time.Duration, p int) time.Duration {
@@ -328,7 +328,7 @@ func BenchmarkHandOffAcrossProcesses(b *testing.B) {
 					release, werr = impl.l.wait(ctx)
 					got = time.Now().UnixNano()
 				}()
-				time.Sleep(10*time.Millisecond + rand.N(10*time.Millisecond))
+				idle()
 				var t0, t1 int64
 				if _, err := fmt.Sscan(h.do(b, "release"), &t0, &t1); err != nil {
 					b.Fatal(err)
