@@ -3,12 +3,11 @@ package prim
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha1"
 	"embed"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -21,12 +20,19 @@ import (
 //go:embed scripts/*.lua
 var scriptFS embed.FS
 
-func loadScript(name string) *redis.Script {
+// luaScript is an embedded script with its SHA1 digest (for EVALSHA).
+type luaScript struct{ src, sha string }
+
+func (s *luaScript) Hash() string   { return s.sha }
+func (s *luaScript) Source() string { return s.src }
+
+func loadScript(name string) *luaScript {
 	src, err := scriptFS.ReadFile("scripts/" + name)
 	if err != nil {
 		panic("prim: missing embedded script " + name)
 	}
-	return redis.NewScript(string(src))
+	sum := sha1.Sum(src)
+	return &luaScript{src: string(src), sha: hex.EncodeToString(sum[:])}
 }
 
 var (
@@ -134,17 +140,6 @@ func newOwnerToken() string {
 	return hex.EncodeToString(b[:])
 }
 
-// uncertain reports whether err leaves the outcome of a sent command unknown:
-// anything but a reply from the server (a Redis error reply is definitive) and
-// redis.Nil.
-func uncertain(err error) bool {
-	if err == nil || errors.Is(err, redis.Nil) {
-		return false
-	}
-	var re redis.Error
-	return !errors.As(err, &re)
-}
-
 type metrics struct {
 	acquire, renew, release, uncertain metric.Int64Counter
 	off                                bool // no meter provider: add does nothing
@@ -183,67 +178,4 @@ func (m *metrics) add(ctx context.Context, c metric.Int64Counter, kind, result s
 	}
 	m.mu.Unlock()
 	c.Add(ctx, 1, o)
-}
-
-// ---- dedicated connections for fencing uncertain commands --------------------
-
-// fenceConn is a dedicated connection whose server-side id is known, so a command
-// left uncertain on it can be fenced: CLIENT KILL ID from another connection
-// guarantees it has either run already or never will.
-//
-// Each use takes a connection from the client's pool (which drops connections
-// that died while idle) and asks its id anew: one extra round trip, paid only by
-// operations that can be fenced (renewals), so a connection that broke while
-// idle never turns a healthy renewal into an uncertain one.
-type fenceConn struct {
-	conn *redis.Conn
-	id   int64
-	node *redis.Client // sends the CLIENT KILL (from its own pool)
-}
-
-type fencePool struct{ client redis.UniversalClient }
-
-func newFencePool(c redis.UniversalClient) *fencePool { return &fencePool{client: c} }
-
-// nodeFor returns the client for the node that serves key.
-func (p *fencePool) nodeFor(ctx context.Context, key string) (*redis.Client, error) {
-	switch c := p.client.(type) {
-	case *redis.Client:
-		return c, nil
-	case *redis.ClusterClient:
-		return c.MasterForKey(ctx, key)
-	default:
-		return nil, fmt.Errorf("%w: %T", ErrUnsupportedClient, p.client)
-	}
-}
-
-func (p *fencePool) get(ctx context.Context, key string) (*fenceConn, error) {
-	node, err := p.nodeFor(ctx, key)
-	if err != nil {
-		return nil, err
-	}
-	conn := node.Conn()
-	id, err := conn.ClientID(ctx).Result()
-	if err != nil {
-		_ = conn.Close()
-		return nil, err
-	}
-	return &fenceConn{conn: conn, id: id, node: node}, nil
-}
-
-// put hands a connection whose last command completed back to the pool.
-func (p *fencePool) put(fc *fenceConn) { _ = fc.conn.Close() }
-
-// fence closes the connection on the server with CLIENT KILL ID, sent from
-// another connection. Once it returns nil, whatever was sent on fc has either
-// executed or never will.
-func (c *Coordinator) fence(ctx context.Context, fc *fenceConn) error {
-	defer fc.conn.Close()
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cleanup)
-	defer cancel()
-	err := fc.node.Do(ctx, "CLIENT", "KILL", "ID", fc.id).Err()
-	if err != nil && strings.Contains(err.Error(), "No such client") {
-		return nil // the server already closed it, which fences it as well
-	}
-	return err
 }

@@ -2,6 +2,7 @@ package prim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -71,52 +72,59 @@ func (c *Coordinator) TryAcquireFencedLock(ctx context.Context, leaseKey, counte
 
 // tryFenced runs the acquisition script once. On contention it returns
 // ErrNotAcquired and the holder's remaining PTTL (negative: no expiry).
+//
+// The script goes through the caller's client, which may resend it after a
+// lost reply: the script recognises its own owner token and answers the same
+// token, so a resend yields the true outcome. It returns by ctx's deadline; an
+// acquisition still in flight then is ErrUncertain, and if it turns out to have
+// acquired, the lease is released owner-checked in the background.
 func (c *Coordinator) tryFenced(ctx context.Context, lk, ck string, ttl time.Duration) (*FencedLock, time.Duration, error) {
-	owner := any(newOwnerToken())
+	owner := newOwnerToken()
+	args := []any{owner, ttl.Milliseconds()}
 	sent := time.Now()
-	res, err := scriptFencedAcquire.Run(ctx, c.client, []string{lk, ck}, owner, ttl.Milliseconds()).Result()
-	if err != nil {
-		if uncertain(err) {
-			c.m.add(ctx, c.m.uncertain, "fenced-lock", "acquire")
-			c.logger.WarnContext(ctx, "prim: fenced lock acquisition outcome uncertain; not returned as acquired",
-				"lease", lk, "err", err)
-			return nil, 0, fmt.Errorf("%w: acquiring %q: %w", ErrUncertain, lk, err)
+	run := func(ctx context.Context) cmdResult {
+		v, err := evalScript(ctx, c.client, scriptFencedAcquire, true, []string{lk, ck}, args...).Result()
+		return cmdResult{v, err}
+	}
+	late := func(r cmdResult) {
+		if r.err != nil {
+			return
 		}
+		if tok, _, err := parseFenced(r.v, ck); err == nil {
+			c.releaseUnreturned(lk, owner+":"+strconv.FormatInt(tok, 10), nil, fencedScripts)
+		}
+	}
+	r, cerr := bounded(ctx, run, late)
+	if cerr == nil && r.err != nil && uncertain(r.err) {
+		cerr = r.err
+	}
+	if cerr != nil {
+		c.m.add(ctx, c.m.uncertain, "fenced-lock", "acquire")
+		c.logger.WarnContext(ctx, "prim: fenced lock acquisition outcome uncertain; not returned as acquired",
+			"lease", lk, "err", cerr)
+		return nil, 0, fmt.Errorf("%w: acquiring %q: %w", ErrUncertain, lk, cerr)
+	}
+	if r.err != nil {
 		c.m.add(ctx, c.m.acquire, "fenced-lock", "error")
-		return nil, 0, fmt.Errorf("prim: acquiring %q: %w", lk, err)
+		return nil, 0, fmt.Errorf("prim: acquiring %q: %w", lk, serverError(r.err))
 	}
-	var tok int64
-	switch v := res.(type) {
-	case int64: // acquired, token below 2^53
-		tok = v
-	case string: // acquired, the counter's own decimal text (2^53 and above)
-		tok, err = strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			tok = 0
-		}
-	case []any:
-		status, val, perr := parsePair(v)
-		if perr != nil {
-			return nil, 0, perr
-		}
-		switch status {
-		case 0:
+	tok, remaining, err := parseFenced(r.v, ck)
+	if err != nil {
+		switch {
+		case errors.Is(err, ErrNotAcquired):
 			c.m.add(ctx, c.m.acquire, "fenced-lock", "contended")
-			ms, _ := strconv.ParseInt(val, 10, 64)
-			return nil, time.Duration(ms) * time.Millisecond, ErrNotAcquired
-		case -1:
+		case errors.Is(err, ErrCounterInvalid):
 			c.m.add(ctx, c.m.acquire, "fenced-lock", "counter-invalid")
-			return nil, 0, counterReason(ck, val)
+		default:
+			c.m.add(ctx, c.m.acquire, "fenced-lock", "error")
 		}
-		return nil, 0, fmt.Errorf("prim: unexpected script status %d", status)
-	default:
-		return nil, 0, fmt.Errorf("prim: unexpected script reply %v", res)
-	}
-	if tok <= 0 {
-		return nil, 0, fmt.Errorf("prim: server returned fencing token %v", res)
+		if errors.Is(err, ErrWrongType) {
+			err = fmt.Errorf("%w: lease key %q does not hold a string", ErrWrongType, lk)
+		}
+		return nil, remaining, err
 	}
 	l := &FencedLock{counter: ck, token: tok}
-	l.handle = newHandle(c, "fenced-lock", lk, owner, nil, sent.Add(ttl), fencedScripts)
+	l.handle = newHandle(c, "fenced-lock", lk, any(owner+":"+strconv.FormatInt(tok, 10)), nil, sent.Add(ttl), fencedScripts)
 	if l.RemainingEstimate() <= 0 {
 		// The reply came after the lease's whole duration: it may already be
 		// someone else's. Not returned; our entry is removed if still there.
@@ -124,8 +132,60 @@ func (c *Coordinator) tryFenced(ctx context.Context, lk, ck string, ttl time.Dur
 		go l.Close()
 		return nil, 0, fmt.Errorf("%w: acquisition reply for %q arrived after the lease duration %v", ErrUncertain, lk, ttl)
 	}
+	l.start()
 	c.m.add(ctx, c.m.acquire, "fenced-lock", "acquired")
 	return l, 0, nil
+}
+
+type cmdResult struct {
+	v   any
+	err error
+}
+
+// parseFenced reads the acquisition script's reply: the token, or
+// ErrNotAcquired with the holder's PTTL, or a counter or wrong-type error.
+func parseFenced(res any, ck string) (int64, time.Duration, error) {
+	var tok int64
+	switch v := res.(type) {
+	case int64: // acquired, token below 2^53
+		tok = v
+	case string: // acquired, the counter's own decimal text (2^53 and above)
+		tok, _ = strconv.ParseInt(v, 10, 64)
+	case []any:
+		status, val, perr := parsePair(v)
+		if perr != nil {
+			return 0, 0, perr
+		}
+		switch status {
+		case 0:
+			ms, _ := strconv.ParseInt(val, 10, 64)
+			return 0, time.Duration(ms) * time.Millisecond, ErrNotAcquired
+		case -1:
+			if val == "wrongtype" {
+				return 0, 0, ErrWrongType
+			}
+			return 0, 0, counterReason(ck, val)
+		}
+		return 0, 0, fmt.Errorf("prim: unexpected script status %d", status)
+	default:
+		return 0, 0, fmt.Errorf("prim: unexpected script reply %v", res)
+	}
+	if tok <= 0 {
+		return 0, 0, fmt.Errorf("prim: server returned fencing token %v", res)
+	}
+	return tok, 0, nil
+}
+
+// releaseUnreturned releases, owner-checked and in the background, a lease an
+// acquisition took after its caller was told the outcome was uncertain.
+func (c *Coordinator) releaseUnreturned(key, owner string, extra []any, s *leaseScripts) {
+	h := newHandle(c, "unreturned", key, any(owner), extra, time.Time{}, s)
+	ctx, cancel := c.cleanupCtx()
+	defer cancel()
+	if _, err := h.releaseOnce(ctx); err != nil {
+		c.logger.Warn("prim: releasing a lease whose acquisition was reported uncertain failed; it expires server-side",
+			"key", key, "err", err)
+	}
 }
 
 func counterReason(ck, reason string) error {

@@ -6,9 +6,47 @@ import (
 	"fmt"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
+
+// State is what a handle knows about its ownership.
+type State int
+
+// The states of a handle. Only StateHeld allows protected work.
+const (
+	// StateHeld: held, and the local estimate has time left.
+	StateHeld State = iota + 1
+	// StateEstimateEnded: no renewal came in time and the local estimate ran
+	// out. Redis may still hold the lease (a hash-field lease can still be
+	// renewed: Renew asks Redis), but protected work must stop.
+	StateEstimateEnded
+	// StateUncertain: a renewal or release outcome is unknown; the handle fails
+	// closed. Release settles it.
+	StateUncertain
+	// StateLost: Redis said this owner no longer holds the lease.
+	StateLost
+	// StateReleased: released by this handle.
+	StateReleased
+)
+
+func (s State) String() string {
+	switch s {
+	case StateHeld:
+		return "held"
+	case StateEstimateEnded:
+		return "estimate-ended"
+	case StateUncertain:
+		return "uncertain"
+	case StateLost:
+		return "lost"
+	case StateReleased:
+		return "released"
+	}
+	return fmt.Sprintf("State(%d)", int(s))
+}
+
+// ErrOwnershipEnded is the cause of a context made by a handle's Context
+// method once ownership ended (see Done).
+var ErrOwnershipEnded = errors.New("prim: lease ownership ended (local estimate ran out, lost, released or uncertain)")
 
 type lockState int
 
@@ -23,7 +61,7 @@ const (
 // KEYS[1] = the key, ARGV = owner, ttl ms (0 when unused), then the extra
 // arguments of the handle (the field of a hash-field lease).
 type leaseScripts struct {
-	renew, verify, release *redis.Script
+	renew, verify, release *luaScript
 	// renewNeedsEstimate: Renew answers false without I/O once the local estimate
 	// has run out (fenced locks). Hash-field leases ask Redis instead.
 	renewNeedsEstimate bool
@@ -46,6 +84,9 @@ type handle struct {
 	mu       sync.Mutex
 	deadline time.Time // local estimate of the lease end, from before the request was sent
 	state    lockState
+	done     chan struct{} // closed when ownership ends (see Done)
+	ended    bool          // done is closed
+	timer    *time.Timer   // closes done at the deadline
 
 	closeOnce sync.Once
 	closeErr  error
@@ -55,7 +96,40 @@ type handle struct {
 // to the acquisition script, so it is boxed once for the handle's lifetime.
 func newHandle(c *Coordinator, kind, key string, owner any, extra []any, deadline time.Time, s *leaseScripts) handle {
 	return handle{c: c, kind: kind, key: key, owner: owner, extra: extra, script: s,
-		op: make(chan struct{}, 1), deadline: deadline}
+		op: make(chan struct{}, 1), deadline: deadline, done: make(chan struct{})}
+}
+
+// start arms the deadline timer of a handle about to be returned.
+func (h *handle) start() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.ended {
+		h.timer = time.AfterFunc(time.Until(h.deadline), h.onDeadline)
+	}
+}
+
+func (h *handle) onDeadline() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ended {
+		return
+	}
+	if d := time.Until(h.deadline); d > 0 { // renewed meanwhile
+		h.timer.Reset(d)
+		return
+	}
+	h.endLocked()
+}
+
+func (h *handle) endLocked() {
+	if h.ended {
+		return
+	}
+	h.ended = true
+	close(h.done)
+	if h.timer != nil {
+		h.timer.Stop()
+	}
 }
 
 func (h *handle) args(ttl time.Duration) []any {
@@ -64,7 +138,9 @@ func (h *handle) args(ttl time.Duration) []any {
 	return append(a, h.extra...)
 }
 
-// OwnerToken is the random token that identifies this owner in Redis.
+// OwnerToken is the value that identifies this owner in Redis: the random
+// owner token (for a fenced lock followed by ":" and the fencing token, exactly
+// as the lease key holds it).
 func (h *handle) OwnerToken() string { return h.owner.(string) }
 
 // RemainingEstimate is the local estimate of the time left on the lease,
@@ -80,9 +156,66 @@ func (h *handle) RemainingEstimate() time.Duration {
 	return max(0, time.Until(h.deadline))
 }
 
+// State reports what the handle knows now: StateHeld while the local estimate
+// has time left, StateEstimateEnded once it ran out, or the lost, uncertain or
+// released state an operation left it in.
+func (h *handle) State() State {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch h.state {
+	case stateUncertain:
+		return StateUncertain
+	case stateLost:
+		return StateLost
+	case stateReleased:
+		return StateReleased
+	}
+	if !time.Now().Before(h.deadline) {
+		return StateEstimateEnded
+	}
+	return StateHeld
+}
+
+// Done returns a channel that is closed when ownership ends for this handle:
+// the local estimate ran out without a renewal, Redis said the lease is lost,
+// a renewal or release became uncertain, or the handle released it. Stop
+// protected work when it is closed. It stays closed: a hash-field lease renewed
+// after its estimate ran out needs a new handle for its protected work (see
+// State).
+func (h *handle) Done() <-chan struct{} { return h.done }
+
+// Context returns a context derived from parent that is cancelled, with cause
+// ErrOwnershipEnded (context.Cause), when Done is closed: run the protected
+// work under it. Call the CancelFunc when the work is over.
+func (h *handle) Context(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	go func() {
+		select {
+		case <-h.done:
+			cancel(ErrOwnershipEnded)
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { cancel(context.Canceled) }
+}
+
 func (h *handle) setState(s lockState) {
 	h.mu.Lock()
 	h.state = s
+	if s != stateHeld {
+		h.endLocked()
+	}
+	h.mu.Unlock()
+}
+
+// failClosed marks a held handle uncertain (a later definite answer, such as a
+// background release that completed, is kept).
+func (h *handle) failClosed() {
+	h.mu.Lock()
+	if h.state == stateHeld {
+		h.state = stateUncertain
+		h.endLocked()
+	}
 	h.mu.Unlock()
 }
 
@@ -92,8 +225,12 @@ func (h *handle) getState() lockState {
 	return h.state
 }
 
-// begin waits for the handle's other operation to finish.
+// begin waits for the handle's other operation to finish. A context already
+// done gets its error and nothing else happens.
 func (h *handle) begin(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	select {
 	case h.op <- struct{}{}:
 		return nil
@@ -104,17 +241,34 @@ func (h *handle) begin(ctx context.Context) error {
 
 func (h *handle) end() { <-h.op }
 
+type renewResult struct {
+	fc   *fenceConn
+	n    int64
+	err  error
+	sent time.Time
+}
+
 // Renew extends the lease to ttl from now, only while this owner holds it; a
-// fenced lock keeps its fencing token. A fenced lock's Renew returns false
-// without contacting Redis once the local estimate has run out; a hash-field
-// lease asks Redis, so it can still renew a field that outlived the estimate.
-// Once ownership was lost, released or became uncertain, Renew returns false
-// without I/O.
+// fenced lock keeps its fencing token. It returns:
 //
-// The renewal runs on a dedicated connection. If its outcome is uncertain the
-// handle fails closed: Renew returns false with an ErrUncertain error, the
-// connection is fenced with CLIENT KILL ID from another connection — so the
-// renewal cannot run later — and an owner-checked release cleans up.
+//	true, nil              renewed: the estimate now runs ttl from before the request
+//	false, nil             not renewed: Redis says this owner no longer holds it
+//	                       (State: StateLost), the handle was already lost, released
+//	                       or uncertain, or — for a fenced lock — the local estimate
+//	                       had run out (StateEstimateEnded; no I/O)
+//	false, ErrUncertain    the outcome is unknown; the handle fails closed
+//	false, other error     nothing happened: invalid ttl, a context already done,
+//	                       or a definite server refusal (ErrServerRefused …)
+//
+// A hash-field lease asks Redis even after the local estimate ran out, so it
+// can still renew a field that outlived the estimate.
+//
+// The renewal runs on a dedicated connection and returns by ctx's deadline
+// whatever the client's options. If its outcome is uncertain the handle fails
+// closed, and in the background (bounded by the clean-up timeout, with the
+// handle's other operations waiting for it) the connection is fenced with
+// CLIENT KILL from another connection — so the renewal cannot run later — and
+// an owner-checked release cleans up.
 func (h *handle) Renew(ctx context.Context, ttl time.Duration) (bool, error) {
 	if err := validTTL(ttl); err != nil {
 		return false, err
@@ -122,93 +276,144 @@ func (h *handle) Renew(ctx context.Context, ttl time.Duration) (bool, error) {
 	if err := h.begin(ctx); err != nil {
 		return false, err
 	}
-	defer h.end()
 	if st := h.getState(); st != stateHeld {
+		h.end()
 		return false, nil
 	}
 	if h.script.renewNeedsEstimate && h.RemainingEstimate() <= 0 {
+		h.end()
 		h.c.m.add(ctx, h.c.m.renew, h.kind, "expired-locally")
 		return false, nil
 	}
-	fc, err := h.c.fences.get(ctx, h.key)
-	if err != nil {
-		// CLIENT ID did not complete, so the renewal was never sent: definitive.
-		return false, fmt.Errorf("prim: renew %q: dedicated connection: %w", h.key, err)
+	settle := func(r renewResult) {
+		h.settleUncertain(r.fc)
+		h.end()
 	}
-	sent := time.Now()
-	n, err := h.script.renew.Run(ctx, fc.conn, []string{h.key}, h.args(ttl)...).Int64()
-	if err != nil {
-		if uncertain(err) {
-			h.setState(stateUncertain)
-			h.c.m.add(ctx, h.c.m.uncertain, h.kind, "renew")
-			h.c.logger.WarnContext(ctx, "prim: renewal outcome uncertain; handle fails closed", "key", h.key, "err", err)
-			h.settleUncertain(ctx, fc)
-			return false, fmt.Errorf("%w: renewing %q: %w", ErrUncertain, h.key, err)
+	r, cerr := bounded(ctx, func(ctx context.Context) renewResult {
+		sent := time.Now()
+		fc, cmd, err := h.c.fences.run(ctx, h.key, h.script.renew, []string{h.key}, h.args(ttl)...)
+		if err != nil {
+			return renewResult{err: err, sent: sent}
 		}
-		h.c.fences.put(fc)
-		h.c.m.add(ctx, h.c.m.renew, h.kind, "error")
-		return false, fmt.Errorf("prim: renew %q: %w", h.key, err)
+		n, err := cmd.Int64()
+		return renewResult{fc: fc, n: n, err: err, sent: sent}
+	}, settle)
+	if cerr != nil {
+		h.uncertain(ctx, "renew", cerr)
+		return false, fmt.Errorf("%w: renewing %q: %w", ErrUncertain, h.key, cerr)
 	}
-	h.c.fences.put(fc)
-	if n != 1 {
+	if r.err != nil {
+		if r.fc != nil && uncertain(r.err) {
+			h.uncertain(ctx, "renew", r.err)
+			go settle(r)
+			return false, fmt.Errorf("%w: renewing %q: %w", ErrUncertain, h.key, r.err)
+		}
+		// No connection (the renewal was never sent), or the server's answer.
+		defer h.end()
+		if r.fc != nil {
+			h.c.fences.put(r.fc)
+		}
+		h.c.m.add(ctx, h.c.m.renew, h.kind, "error")
+		return false, fmt.Errorf("prim: renew %q: %w", h.key, serverError(r.err))
+	}
+	defer h.end()
+	h.c.fences.put(r.fc)
+	if r.n != 1 {
 		h.setState(stateLost)
 		h.c.m.add(ctx, h.c.m.renew, h.kind, "not-owned")
 		return false, nil
 	}
 	h.mu.Lock()
-	h.deadline = sent.Add(ttl)
+	h.deadline = r.sent.Add(ttl)
 	h.mu.Unlock()
 	h.c.m.add(ctx, h.c.m.renew, h.kind, "renewed")
 	return true, nil
 }
 
-// settleUncertain fences the dedicated connection an uncertain command ran on and
-// then releases owner-checked. Called with the operation slot held.
-func (h *handle) settleUncertain(ctx context.Context, fc *fenceConn) {
-	if err := h.c.fence(ctx, fc); err != nil {
-		h.c.logger.WarnContext(ctx, "prim: could not fence an uncertain command (CLIENT KILL); the lease expires server-side",
-			"key", h.key, "client_id", fc.id, "err", err)
-		return
+// uncertain fails the handle closed and records why.
+func (h *handle) uncertain(ctx context.Context, op string, err error) {
+	h.failClosed()
+	h.c.m.add(ctx, h.c.m.uncertain, h.kind, op)
+	h.c.logger.WarnContext(ctx, "prim: "+op+" outcome uncertain; the handle fails closed", "key", h.key, "err", err)
+}
+
+// settleUncertain fences the dedicated connection an uncertain command ran on
+// (when there is one) and then releases owner-checked. It runs in the
+// background, with the operation slot held, bounded by the clean-up timeout
+// for each step. If the fence cannot be confirmed nothing is released: the
+// delayed command could still run after the release.
+func (h *handle) settleUncertain(fc *fenceConn) {
+	ctx := context.Background()
+	if fc != nil {
+		if err := h.c.fence(ctx, fc); err != nil {
+			h.c.logger.Warn("prim: could not fence an uncertain command (CLIENT KILL); the lease expires server-side",
+				"key", h.key, "client_id", fc.id, "err", err)
+			return
+		}
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.c.cleanup)
+	cctx, cancel := h.c.cleanupCtx()
 	defer cancel()
 	if _, err := h.releaseOnce(cctx); err != nil {
-		h.c.logger.WarnContext(ctx, "prim: owner-checked clean-up after an uncertain outcome failed; the lease expires server-side",
+		h.c.logger.Warn("prim: owner-checked clean-up after an uncertain outcome failed; the lease expires server-side",
 			"key", h.key, "err", err)
 	}
 }
 
+type int64Result struct {
+	n   int64
+	err error
+}
+
 // VerifyStillHeld checks, at one instant, that this owner still holds the lease.
-// It cannot promise ownership for any later write. A failed check (error) leaves
-// the handle unchanged.
+// It cannot promise ownership for any later write. A failed check (error,
+// including ctx's end, by whose deadline it returns) leaves the handle
+// unchanged.
 func (h *handle) VerifyStillHeld(ctx context.Context) (bool, error) {
 	if err := h.begin(ctx); err != nil {
 		return false, err
 	}
-	defer h.end()
 	switch h.getState() {
 	case stateLost, stateReleased:
+		h.end()
 		return false, nil
 	}
-	ms, err := h.script.verify.Run(ctx, h.c.client, []string{h.key}, h.args(0)...).Int64()
-	if err != nil {
-		return false, fmt.Errorf("prim: verify %q: %w", h.key, err)
+	r, cerr := bounded(ctx, func(ctx context.Context) int64Result {
+		n, err := evalScript(ctx, h.c.client, h.script.verify, true, []string{h.key}, h.args(0)...).Int64()
+		return int64Result{n, err}
+	}, func(int64Result) { h.end() })
+	if cerr != nil {
+		return false, fmt.Errorf("prim: verify %q: %w", h.key, cerr)
 	}
-	if ms == -1 {
+	defer h.end()
+	if r.err != nil {
+		return false, fmt.Errorf("prim: verify %q: %w", h.key, serverError(r.err))
+	}
+	if r.n == -1 {
 		h.setState(stateLost)
 		return false, nil
 	}
 	return true, nil
 }
 
+type releaseOutcome struct {
+	r   ReleaseResult
+	err error
+}
+
 // Release removes the lease if this owner still holds it and reports what it
-// found. A release queued behind another operation of this handle waits for it;
-// if ctx ends first, Release returns ErrReleasePending and the release still runs
-// once that operation finishes. An uncertain outcome returns an ErrUncertain
-// error and leaves the handle failing closed; calling Release again retries.
+// found. It returns by ctx's deadline. A context already done returns its
+// error and changes nothing. A release queued behind another operation of this
+// handle waits for it; if ctx ends first, Release returns ErrReleasePending and
+// the release still runs once that operation finishes. An uncertain outcome
+// (the release is never resent, so a lost reply cannot be mistaken for "it was
+// already gone") returns an ErrUncertain error and leaves the handle failing
+// closed; calling Release again retries.
 func (h *handle) Release(ctx context.Context) (ReleaseResult, error) {
 	if h.getState() == stateReleased {
 		return AlreadyReleased, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
 	}
 	select {
 	case h.op <- struct{}{}:
@@ -216,7 +421,7 @@ func (h *handle) Release(ctx context.Context) (ReleaseResult, error) {
 		go func() {
 			h.op <- struct{}{}
 			defer h.end()
-			cctx, cancel := context.WithTimeout(context.Background(), h.c.cleanup)
+			cctx, cancel := h.c.cleanupCtx()
 			defer cancel()
 			if _, err := h.releaseOnce(cctx); err != nil {
 				h.c.logger.Warn("prim: queued release failed; the lease expires server-side", "key", h.key, "err", err)
@@ -224,8 +429,16 @@ func (h *handle) Release(ctx context.Context) (ReleaseResult, error) {
 		}()
 		return 0, fmt.Errorf("%w: %w", ErrReleasePending, ctx.Err())
 	}
-	defer h.end()
-	return h.releaseOnce(ctx)
+	o, cerr := bounded(ctx, func(ctx context.Context) releaseOutcome {
+		r, err := h.releaseOnce(ctx)
+		return releaseOutcome{r, err}
+	}, func(releaseOutcome) { h.end() })
+	if cerr != nil {
+		h.uncertain(ctx, "release", cerr)
+		return 0, fmt.Errorf("%w: releasing %q: %w", ErrUncertain, h.key, cerr)
+	}
+	h.end()
+	return o.r, o.err
 }
 
 // releaseOnce runs the owner-checked release; the caller holds the op slot.
@@ -233,14 +446,14 @@ func (h *handle) releaseOnce(ctx context.Context) (ReleaseResult, error) {
 	if h.getState() == stateReleased {
 		return AlreadyReleased, nil
 	}
-	n, err := h.script.release.Run(ctx, h.c.client, []string{h.key}, h.args(0)...).Int64()
+	n, err := evalScript(ctx, h.c.client, h.script.release, false, []string{h.key}, h.args(0)...).Int64()
 	if err != nil {
 		if uncertain(err) {
-			h.setState(stateUncertain)
+			h.failClosed()
 			h.c.m.add(ctx, h.c.m.uncertain, h.kind, "release")
 			return 0, fmt.Errorf("%w: releasing %q: %w", ErrUncertain, h.key, err)
 		}
-		return 0, fmt.Errorf("prim: release %q: %w", h.key, err)
+		return 0, fmt.Errorf("prim: release %q: %w", h.key, serverError(err))
 	}
 	h.setState(stateReleased)
 	var r ReleaseResult
@@ -261,7 +474,7 @@ func (h *handle) releaseOnce(ctx context.Context) (ReleaseResult, error) {
 // goroutines; it never deletes another owner's lease.
 func (h *handle) Close() error {
 	h.closeOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), h.c.cleanup)
+		ctx, cancel := h.c.cleanupCtx()
 		defer cancel()
 		_, err := h.Release(ctx)
 		if errors.Is(err, ErrReleasePending) {

@@ -111,32 +111,59 @@ func (c *Coordinator) leaseArgs(hashKey, field string, ttl time.Duration) (strin
 	return c.key(hashKey), nil
 }
 
+type leaseAttempt struct {
+	fc  *fenceConn
+	res []any
+	err error
+}
+
+// tryLease runs the acquisition on a dedicated connection to the node that
+// serves hk (following Cluster redirections). It returns by ctx's deadline. If
+// the outcome is uncertain it is never resent: in the background the connection
+// is fenced with CLIENT KILL and the field released owner-checked, and the
+// error matches ErrUncertain.
 func (c *Coordinator) tryLease(ctx context.Context, hk, field string, ttl time.Duration) (*Lease, time.Duration, error) {
 	owner := any(newOwnerToken())
 	l := &Lease{field: field}
-	fc, err := c.fences.get(ctx, hk)
-	if err != nil {
-		// CLIENT ID did not complete: the acquisition was never sent.
-		return nil, 0, fmt.Errorf("prim: acquire lease %q/%q: dedicated connection: %w", hk, field, err)
-	}
 	sent := time.Now()
 	l.handle = newHandle(c, "hash-lease", hk, owner, []any{field}, sent.Add(ttl), hashLeaseScripts)
-	res, err := scriptHLeaseAcquire.Run(ctx, fc.conn, []string{hk}, owner, ttl.Milliseconds(), field).Slice()
-	if err != nil {
-		if uncertain(err) {
-			c.m.add(ctx, c.m.uncertain, "hash-lease", "acquire")
-			c.logger.WarnContext(ctx, "prim: lease acquisition outcome uncertain; fencing it and releasing owner-checked",
-				"key", hk, "field", field, "err", err)
-			l.op <- struct{}{}
-			l.settleUncertain(ctx, fc)
-			l.end()
-			return nil, 0, fmt.Errorf("%w: acquiring lease %q/%q: %w", ErrUncertain, hk, field, err)
-		}
-		c.fences.put(fc)
-		return nil, 0, fmt.Errorf("prim: acquire lease %q/%q: %w", hk, field, err)
+	settle := func(a leaseAttempt) {
+		l.op <- struct{}{}
+		l.settleUncertain(a.fc)
+		l.end()
 	}
-	c.fences.put(fc)
-	status, val, perr := parsePair(res)
+	a, cerr := bounded(ctx, func(ctx context.Context) leaseAttempt {
+		fc, cmd, err := c.fences.run(ctx, hk, scriptHLeaseAcquire, []string{hk}, owner, ttl.Milliseconds(), field)
+		if err != nil {
+			return leaseAttempt{err: err}
+		}
+		res, err := cmd.Slice()
+		return leaseAttempt{fc: fc, res: res, err: err}
+	}, settle)
+	if cerr == nil && a.err != nil && a.fc != nil && uncertain(a.err) {
+		cerr = a.err
+		go settle(a)
+	}
+	if cerr != nil {
+		c.m.add(ctx, c.m.uncertain, "hash-lease", "acquire")
+		c.logger.WarnContext(ctx, "prim: lease acquisition outcome uncertain; fencing it and releasing owner-checked",
+			"key", hk, "field", field, "err", cerr)
+		return nil, 0, fmt.Errorf("%w: acquiring lease %q/%q: %w", ErrUncertain, hk, field, cerr)
+	}
+	if a.fc != nil {
+		c.fences.put(a.fc)
+	}
+	if a.err != nil {
+		c.m.add(ctx, c.m.acquire, "hash-lease", "error")
+		if a.fc != nil {
+			// An error reply after the script may have written: release
+			// owner-checked (the script already removes a field it could not
+			// give an expiry).
+			go c.releaseUnreturned(hk, owner.(string), []any{field}, hashLeaseScripts)
+		}
+		return nil, 0, fmt.Errorf("prim: acquire lease %q/%q: %w", hk, field, serverError(a.err))
+	}
+	status, val, perr := parsePair(a.res)
 	if perr != nil {
 		return nil, 0, perr
 	}
@@ -147,6 +174,7 @@ func (c *Coordinator) tryLease(ctx context.Context, hk, field string, ttl time.D
 			go l.Close()
 			return nil, 0, fmt.Errorf("%w: lease reply for %q/%q arrived after the lease duration %v", ErrUncertain, hk, field, ttl)
 		}
+		l.start()
 		c.m.add(ctx, c.m.acquire, "hash-lease", "acquired")
 		return l, 0, nil
 	case 0:
