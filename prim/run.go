@@ -205,6 +205,10 @@ func serverError(err error) error {
 			}
 		}
 	}
+	if strings.Contains(msg, "ACL failure in script") || strings.Contains(msg, "no permissions to run") ||
+		strings.Contains(msg, "user executing the script can't run") {
+		code = "NOPERM" // how Redis reports a command a script's user may not run
+	}
 	if code == "WRONGTYPE" {
 		return fmt.Errorf("%w: %w", ErrWrongType, err)
 	}

@@ -36,7 +36,8 @@ end
 local s = redis.pcall('HSETEX', KEYS[1], 'PX', ARGV[2], 'FIELDS', 1, ARGV[3], ARGV[1])
 if type(s) == 'table' and s.err then
   local e = string.lower(s.err)
-  if not (string.find(e, 'unknown command', 1, true) or string.find(e, 'noperm', 1, true)) then
+  if not (string.find(e, 'unknown command', 1, true) or string.find(e, 'noperm', 1, true)
+          or string.find(e, 'no permissions', 1, true) or string.find(e, "can't run", 1, true)) then
     return s
   end
   redis.call('HSET', KEYS[1], ARGV[3], ARGV[1])
