@@ -36,12 +36,7 @@ type fenceConn struct {
 	node  *redis.Client
 }
 
-type fencePool struct {
-	client redis.UniversalClient
-
-	mu     sync.Mutex
-	byAddr map[string]*redis.Client // cluster nodes found through redirections
-}
+type fencePool struct{ client redis.UniversalClient }
 
 func newFencePool(c redis.UniversalClient) *fencePool { return &fencePool{client: c} }
 
@@ -116,13 +111,16 @@ func (p *fencePool) on(ctx context.Context, node *redis.Client) (*fenceConn, err
 // ASK), and the cluster client reloads its slot map. It returns the connection
 // the script's last send used (nil if none was made: the script was not sent).
 func (p *fencePool) run(ctx context.Context, key string, s *luaScript, keys []string, args ...any) (*fenceConn, *redis.Cmd, error) {
-	node, err := p.nodeFor(ctx, key)
-	if err != nil {
-		return nil, nil, err
-	}
+	var node *redis.Client // nil: the node that serves key
 	asking := false
 	for redirects := 0; ; redirects++ {
-		fc, err := p.on(ctx, node)
+		var fc *fenceConn
+		var err error
+		if node == nil {
+			fc, err = p.get(ctx, key)
+		} else {
+			fc, err = p.on(ctx, node)
+		}
 		if err != nil {
 			return nil, nil, err
 		}
