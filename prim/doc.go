@@ -9,10 +9,44 @@
 // sends nothing; the caller keeps owning and closing the client.
 // [Coordinator.WithPrefix] gives a view that prefixes every physical key.
 //
+// # The client as users have it
+//
+// prim is correct with go-redis's default options (MaxRetries 3,
+// ContextTimeoutEnabled false); nothing needs to be set for it:
+//   - go-redis resends a command whose reply was lost. The fenced acquisition
+//     recognises its own resend — the lease holds "<owner token>:<fencing
+//     token>" — and answers the token it took, so a resend yields the true
+//     outcome; the hash-field acquisition likewise recognises its own field.
+//     Release is sent with resends off (a resend could not tell "removed" from
+//     "already gone"), so a lost release reply is [ErrUncertain]. Renewals and
+//     hash-field acquisitions run on dedicated connections, which go-redis
+//     never resends on.
+//   - Every call returns by its context's deadline, even though go-redis then
+//     bounds a command already written only by its read timeout: the command
+//     goes on in the background and whatever it did is settled there (an
+//     acquisition that turns out to have succeeded is released owner-checked;
+//     an uncertain renewal is fenced and released), bounded by
+//     [WithCleanupTimeout]. A context already done sends nothing and changes
+//     nothing.
+//   - An error reply is the server's answer and nothing was written: a refusal
+//     matches [ErrServerRefused] and its class ([ErrNoPermission],
+//     [ErrReadOnly], [ErrOutOfMemory], [ErrPersistenceFailure],
+//     [ErrRedirected]); a key of another type matches [ErrWrongType]. Only the
+//     counter's own state gives an [ErrCounterInvalid] error.
+//
+// # Handles
+//
+// A held lock or lease reports its ownership locally: [FencedLock.State],
+// [FencedLock.RemainingEstimate], and [FencedLock.Done], a channel closed when
+// ownership ends (estimate ran out, lost, uncertain, released).
+// [FencedLock.Context] derives a context cancelled at that moment: run the
+// protected work under it.
+//
 // # Fencing-token locks
 //
 // [Coordinator.TryAcquireFencedLock] takes two keys: an expiring lease key that
-// holds a random owner token, and a persistent counter key. One Lua script
+// holds a random owner token and the fencing token it was granted, and a
+// persistent counter key. One Lua script
 // checks the counter, checks contention, increments the counter and creates the
 // lease, so every acquisition gets a fencing token larger than every earlier
 // one of the same counter history. The token is exact for every positive
@@ -93,8 +127,11 @@
 // have a key-level expiry, which would delete every lease at once
 // ([ErrHashKeyExpiring]). Waiters on one hash wake on any change to it and make
 // another owner-checked attempt. An acquisition with an uncertain outcome is
-// never replayed: its dedicated connection is fenced with CLIENT KILL ID and the
-// field released owner-checked.
+// never replayed: its dedicated connection is fenced with CLIENT KILL and the
+// field released owner-checked. The field and its expiry are written at once
+// (HSETEX on Redis 8.0+ and Valkey 9+; on Redis 7.4 HSET then HPEXPIRE, the
+// field removed again if HPEXPIRE is refused), so no path leaves a lease without
+// expiry. On Cluster the dedicated connection follows MOVED and ASK.
 //
 // # Uncertain outcomes
 //
@@ -104,9 +141,17 @@
 // expires after its duration. A reply that arrives after the whole lease
 // duration is not returned either (its lease is released owner-checked). A
 // renewal whose outcome is uncertain makes the handle fail closed: Renew
-// returns false from then on, the dedicated connection it ran on is fenced with
-// CLIENT KILL ID from another connection (so the renewal cannot still execute
-// later), and the lease is released owner-checked. A release queued behind an
+// returns false from then on, and in the background the dedicated connection
+// it ran on is fenced with CLIENT KILL from another connection (so the renewal
+// cannot still execute later), and the lease is released owner-checked.
+//
+// The fence names the connection by id, its address and the server's address
+// on it (CLIENT KILL ID n ADDR a LADDR l, from CLIENT INFO), so after a restart
+// or failover, when ids restart, it cannot kill an unrelated connection; and it
+// counts as done only when the server killed it, or when the same server (same
+// address on its side) has no such connection any more. Otherwise nothing is
+// released (the delayed command could run after the release) and the lease
+// expires server-side. A release queued behind an
 // in-flight operation of the same handle waits for it, and still runs if its
 // caller's context ends first ([ErrReleasePending]).
 //
@@ -114,13 +159,14 @@
 //
 // An operation is one round trip once its script is loaded (the first use of a
 // script on a server adds EVALSHA's NOSCRIPT reply and EVAL), except where a
-// dedicated connection's id is needed first: Renew and every TryAcquireLease
-// attempt send CLIENT ID, then the script. A waiting acquisition adds, after a
+// dedicated connection's identity is needed first: Renew and every
+// TryAcquireLease attempt send CLIENT INFO, then the script. A waiting acquisition adds, after a
 // contended attempt, one tracking read, and each wake-up costs one attempt.
 //
 // On the server a fenced acquisition is one script that calls PTTL on the
 // lease, PTTL and GET on the counter, INCR and SET (four calls for the first
-// acquisition of a new counter; a sixth, GET, past 2^53). Counted with the
+// acquisition of a new counter; a sixth, GET, past 2^53). A contended attempt
+// is PTTL and GET on the lease. Counted with the
 // repository's scripts/server-cost.sh on Redis 8.0, pipelined 16 deep and
 // including reading and replying: a plain SET NX PX costs about 10k
 // instructions, a script that only returns about the same, a script whose one
@@ -138,16 +184,16 @@
 //
 //   - TryAcquireFencedLock: EVALSHA and EVAL (the script runs PTTL, GET, INCR
 //     and SET) on both keys.
-//   - Renew: CLIENT ID on a dedicated connection, EVALSHA/EVAL (GET, PEXPIRE),
-//     and CLIENT KILL to fence an uncertain renewal.
+//   - Renew: CLIENT INFO on a dedicated connection, EVALSHA/EVAL (GET,
+//     PEXPIRE), and CLIENT INFO and CLIENT KILL to fence an uncertain renewal.
 //   - VerifyStillHeld: EVALSHA/EVAL (GET, PTTL). Release and Close: EVALSHA/EVAL
 //     (GET, DEL).
 //   - AcquireFencedLock, AcquireLease (waiting): in addition CLIENT ID, CLIENT
 //     TRACKING, SUBSCRIBE to __redis__:invalidate, PING, and the read commands
 //     PTTL (fenced locks) or HPTTL (leases) on the key.
-//   - TryAcquireLease and lease handles: CLIENT ID and CLIENT KILL (fencing
+//   - TryAcquireLease and lease handles: CLIENT INFO and CLIENT KILL (fencing
 //     uncertain acquisitions and renewals), EVALSHA/EVAL running HPTTL, PTTL,
-//     HSET, HPEXPIRE, HGET and HDEL.
+//     HSETEX (or HSET and HPEXPIRE), HGET and HDEL.
 //
 // Scripts are loaded on first use: EVALSHA, then EVAL on a definitive NOSCRIPT
 // reply. All scripts work on Redis 7.0+ and Valkey 8+.

@@ -101,3 +101,26 @@ func ExampleCoordinator_TryAcquireLease() {
 	fmt.Println(lease.Field())
 	// Output: worker:42
 }
+
+// Protected work runs under the lock's Context: it is cancelled the moment
+// ownership ends (the local estimate runs out without a renewal, the lease is
+// lost, a renewal becomes uncertain, or the lock is released).
+func ExampleFencedLock_Context() {
+	ctx := context.Background()
+	c := prim.New(exampleClient).WithPrefix("example-context:")
+	lock, err := c.TryAcquireFencedLock(ctx, "{job}:lease", "{job}:fence", 200*time.Millisecond)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer lock.Close()
+	work, stop := lock.Context(ctx)
+	defer stop()
+	fmt.Println(lock.State())
+	// No renewal: the work must stop by the lease's estimated end.
+	<-work.Done()
+	fmt.Println(context.Cause(work) == prim.ErrOwnershipEnded, lock.State())
+	// Output:
+	// held
+	// true estimate-ended
+}
