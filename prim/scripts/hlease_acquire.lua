@@ -10,7 +10,9 @@ if type(r) == 'table' and r.err then
   if string.find(r.err, 'WRONGTYPE', 1, true) then
     return {-1, 'wrongtype'}
   end
-  if string.find(string.lower(r.err), 'unknown command', 1, true) then
+  local e = string.lower(r.err)
+  -- 'unknown command' (7.2+), 'Unknown Redis command called from script' (7.0)
+  if string.find(e, 'unknown command', 1, true) or string.find(e, 'unknown redis command', 1, true) then
     return {-1, 'no-hfe'}
   end
   return r
@@ -36,7 +38,8 @@ end
 local s = redis.pcall('HSETEX', KEYS[1], 'PX', ARGV[2], 'FIELDS', 1, ARGV[3], ARGV[1])
 if type(s) == 'table' and s.err then
   local e = string.lower(s.err)
-  if not (string.find(e, 'unknown command', 1, true) or string.find(e, 'noperm', 1, true)
+  if not (string.find(e, 'unknown command', 1, true) or string.find(e, 'unknown redis command', 1, true)
+          or string.find(e, 'noperm', 1, true)
           or string.find(e, 'no permissions', 1, true) or string.find(e, "can't run", 1, true)) then
     return s
   end
