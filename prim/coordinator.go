@@ -142,6 +142,7 @@ func newOwnerToken() string {
 
 type metrics struct {
 	acquire, renew, release, uncertain metric.Int64Counter
+	degraded                           metric.Int64Counter
 	off                                bool // no meter provider: add does nothing
 
 	mu   sync.Mutex
@@ -161,7 +162,9 @@ func newMetrics(m metric.Meter) *metrics {
 		renew:     mk("prim.lock.renew", "lock renewals by result"),
 		release:   mk("prim.lock.release", "lock releases by result"),
 		uncertain: mk("prim.uncertain", "operations whose outcome was uncertain, by operation"),
-		opts:      map[[2]string]metric.AddOption{},
+		degraded: mk("prim.waiting.degraded",
+			"times a node's invalidation watcher fell back to re-checking on a timer, by reason"),
+		opts: map[[2]string]metric.AddOption{},
 	}
 }
 
@@ -178,4 +181,12 @@ func (m *metrics) add(ctx context.Context, c metric.Int64Counter, kind, result s
 	}
 	m.mu.Unlock()
 	c.Add(ctx, 1, o)
+}
+
+// degradedAdd counts a watcher falling back to timed re-checks.
+func (m *metrics) degradedAdd(ctx context.Context, reason string) {
+	if m.off {
+		return
+	}
+	m.degraded.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", reason)))
 }

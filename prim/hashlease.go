@@ -87,7 +87,7 @@ func (c *Coordinator) AcquireLease(ctx context.Context, hashKey, field string, t
 		n, _ := v[0].(int64)
 		return n, nil
 	}
-	err = c.waitUntil(ctx, hk, read, func(ctx context.Context) (bool, time.Duration, error) {
+	err = c.waitUntil(ctx, hk, field, read, func(ctx context.Context) (bool, time.Duration, error) {
 		l, remaining, err := c.tryLease(ctx, hk, field, ttl)
 		if errors.Is(err, ErrNotAcquired) {
 			return false, remaining, nil

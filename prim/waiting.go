@@ -32,7 +32,7 @@ func (c *Coordinator) AcquireFencedLock(ctx context.Context, leaseKey, counterKe
 		return nil, err
 	}
 	var lock *FencedLock
-	err = c.waitUntil(ctx, lk, readPTTL(lk), func(ctx context.Context) (bool, time.Duration, error) {
+	err = c.waitUntil(ctx, lk, "", readPTTL(lk), func(ctx context.Context) (bool, time.Duration, error) {
 		l, remaining, err := c.tryFenced(ctx, lk, ck, ttl)
 		if errors.Is(err, ErrNotAcquired) {
 			return false, remaining, nil
@@ -58,10 +58,11 @@ func readPTTL(key string) func(context.Context, *redis.Conn) (int64, error) {
 const fallbackRecheck = 50 * time.Millisecond
 
 // waitUntil is the waiting loop shared by every waiting acquisition: attempt;
-// on contention register, track (read the key on the tracking connection) and
+// on contention queue up, track (read the key on the tracking connection) and
 // sleep until an invalidation, the holder's deadline, or ctx's end; repeat.
-// read returns the key's (or field's) PTTL in ms, -1 without expiry, -2 when it
-// does not exist.
+// group names the lock within key (a hash lease's field; "" for a key that is
+// the lock). read returns the key's (or field's) PTTL in ms, -1 without
+// expiry, -2 when it does not exist.
 //
 // attempt reports done, or the time until the current holder's lease ends
 // (negative: no expiry).
@@ -75,54 +76,114 @@ const fallbackRecheck = 50 * time.Millisecond
 // later change or removal sends an invalidation that finds the waiter
 // registered. The read's PTTL, taken at the instant tracking starts, sets the
 // expiry deadline.
-func (c *Coordinator) waitUntil(ctx context.Context, key string, read func(context.Context, *redis.Conn) (int64, error),
+//
+// Waiters of one lock in one Coordinator queue up (see waiter): only the head
+// attempts, tracks and wakes; the others sleep until it leaves. The head that
+// acquires hands its place on with the key known held, so its successor only
+// tracks. A hand-off among any number of local waiters costs the winner's
+// script and one tracking read; across processes, one script per process.
+func (c *Coordinator) waitUntil(ctx context.Context, key, group string, read func(context.Context, *redis.Conn) (int64, error),
 	attempt func(context.Context) (bool, time.Duration, error)) error {
 	closed := c.ws.closedc
-	closedErr := func() error { return fmt.Errorf("prim: waiting for %q: %w", key, ErrClosed) }
+	var (
+		w  *watcher // the watcher held (watcherFor), nil if none
+		wt *waiter  // this wait's place in w's queue, nil until contended
+	)
+	leave := func(acquired bool) {
+		if wt != nil {
+			w.unregister(wt, acquired)
+			wt = nil
+		}
+		if w != nil {
+			c.releaseWatcher(w)
+			w = nil
+		}
+	}
+	defer leave(false)
+	fail := func(err error) error { return fmt.Errorf("prim: waiting for %q: %w", key, err) }
 	for {
 		select {
 		case <-closed:
-			return closedErr()
+			return fail(ErrClosed)
 		default:
 		}
-		w, werr := c.watcherFor(ctx, key)
+		nw, werr := c.watcherFor(ctx, key)
 		if errors.Is(werr, ErrClosed) {
 			// Closed between the check above and here: still nothing sent.
-			return closedErr()
+			return fail(ErrClosed)
+		}
+		if nw != nil && nw == w {
+			c.releaseWatcher(nw) // already held
+		} else {
+			// First pass, or the key's node changed (Cluster failover): queue
+			// up on the new node's watcher when contended.
+			leave(false)
+			w = nw
 		}
 		if werr != nil && ctx.Err() != nil {
-			return fmt.Errorf("prim: waiting for %q: %w", key, ctx.Err())
+			return fail(ctx.Err())
 		}
-		done, remaining, err := attempt(ctx)
-		if done || err != nil {
-			return err
-		}
-		var wt *waiter
-		tracked := false
-		if w != nil {
-			if werr = w.waitReady(ctx, closed); werr != nil {
-				if errors.Is(werr, ErrClosed) {
-					return closedErr()
+		held := false
+		if wt != nil {
+			var head bool
+			if head, held = w.turn(wt); !head {
+				// Another waiter of this lock in this Coordinator is watching it.
+				select {
+				case <-wt.ch:
+				case <-ctx.Done():
+					return fail(ctx.Err())
+				case <-closed:
+					return fail(ErrClosed)
 				}
-				w = nil
+				continue
+			}
+			select {
+			case <-wt.ch: // an earlier wake-up: the attempt below covers it
+			default:
 			}
 		}
-		if w != nil {
-			wt = w.register(key)
-			v, terr := w.track(ctx, read)
-			switch {
-			case errors.Is(terr, ErrClosed):
-				w.unregister(key, wt)
-				return closedErr()
-			case terr == nil && v < -1:
-				// Gone by the time it was tracked: try again now.
-				w.unregister(key, wt)
+		remaining := time.Duration(-1)
+		if !held {
+			done, rem, err := attempt(ctx)
+			if done || err != nil {
+				leave(done && err == nil)
+				return err
+			}
+			remaining = rem
+		}
+		if w != nil && wt == nil {
+			wt = w.register(key, group)
+			if head, _ := w.turn(wt); !head {
 				continue
-			case terr == nil:
-				tracked = true
-				remaining = time.Duration(v) * time.Millisecond // -1: no expiry
-			case !errors.Is(terr, errSubscribing) && ctx.Err() == nil:
-				c.logger.DebugContext(ctx, "prim: tracking read failed; re-checking on a short timer", "key", key, "err", terr)
+			}
+		}
+		tracked := false
+		if w != nil {
+			rerr := w.refusal()
+			if rerr == nil {
+				rerr = w.waitReady(ctx, closed)
+			}
+			switch {
+			case errors.Is(rerr, ErrClosed):
+				return fail(ErrClosed)
+			case rerr != nil:
+				if ctx.Err() == nil && w.refusal() == nil {
+					c.logger.DebugContext(ctx, "prim: invalidations unavailable; re-checking on a short timer", "key", key, "err", rerr)
+				}
+			default:
+				v, terr := w.track(ctx, read)
+				switch {
+				case errors.Is(terr, ErrClosed):
+					return fail(ErrClosed)
+				case terr == nil && v < -1:
+					// Gone by the time it was tracked: try again now.
+					continue
+				case terr == nil:
+					tracked = true
+					remaining = time.Duration(v) * time.Millisecond // -1: no expiry
+				case !errors.Is(terr, errSubscribing) && ctx.Err() == nil:
+					c.logger.DebugContext(ctx, "prim: tracking read failed; re-checking on a short timer", "key", key, "err", terr)
+				}
 			}
 		} else if ctx.Err() == nil {
 			c.logger.DebugContext(ctx, "prim: invalidations unavailable; re-checking on a short timer", "key", key, "err", werr)
@@ -153,11 +214,8 @@ func (c *Coordinator) waitUntil(ctx context.Context, key string, read func(conte
 		if t != nil {
 			t.Stop()
 		}
-		if wt != nil {
-			w.unregister(key, wt)
-		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("prim: waiting for %q: %w", key, ctx.Err())
+			return fail(ctx.Err())
 		}
 	}
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -51,8 +53,11 @@ type watcher struct {
 	readyc   chan struct{} // closed while subEpoch == psEpoch > 0 (mu)
 
 	mu      sync.Mutex
-	waiters map[string]map[*waiter]struct{}
+	waiters map[string]map[string][]*waiter // key -> group -> FIFO queue
 	nwait   int
+	refused error     // the server refused the subscription (mu); waiters re-check on a timer
+	users   int       // waits holding this watcher (watchers.mu)
+	idle    time.Time // when users last fell to 0 (watchers.mu)
 
 	trMu    sync.Mutex // serialises use of the tracking connection
 	trConn  *redis.Conn
@@ -60,7 +65,19 @@ type watcher struct {
 	closed  bool
 }
 
-type waiter struct{ ch chan struct{} }
+// waiter is one waiting acquisition registered with a watcher. Waiters for the
+// same lock (the same key and, for hash leases, field: the same group) form a
+// FIFO queue: only its head is woken by invalidations, lost tracking and its
+// holder's deadline, and attempts; the others sleep until they become head.
+// When the head leaves, the next one becomes head and is woken; held says the
+// head left holding the lock, so the key is known to be taken and the new head
+// only needs to track it. So one hand-off costs the same number of commands
+// whatever the number of waiters in the process.
+type waiter struct {
+	ch         chan struct{}
+	key, group string
+	head, held bool // under watcher.mu
+}
 
 var errSubscribing = errors.New("prim: invalidation subscription not confirmed yet")
 
@@ -75,8 +92,8 @@ func (w *waiter) wake() {
 const keepAlive = time.Second
 
 func newWatcher(c *Coordinator, node *redis.Client) *watcher {
-	w := &watcher{c: c, node: node, addr: node.Options().Addr, waiters: map[string]map[*waiter]struct{}{},
-		done: make(chan struct{}), readyc: make(chan struct{})}
+	w := &watcher{c: c, node: node, addr: node.Options().Addr, waiters: map[string]map[string][]*waiter{},
+		done: make(chan struct{}), readyc: make(chan struct{}), idle: time.Now()}
 	base := *node.Options()
 	base.Protocol = 2
 	base.PoolSize = 1
@@ -115,6 +132,7 @@ func (w *watcher) run(ctx context.Context) {
 	defer close(w.done)
 	go w.keepAliveLoop(ctx)
 	backoff := 50 * time.Millisecond
+	refusedBackoff := 50 * time.Millisecond // grows until a subscription is confirmed
 	for ctx.Err() == nil {
 		if err := w.pubsub.Subscribe(ctx, "__redis__:invalidate"); err != nil {
 			w.c.logger.Debug("prim: invalidation subscription failed; retrying", "node", w.addr, "err", err)
@@ -135,8 +153,20 @@ func (w *watcher) run(ctx context.Context) {
 					continue
 				}
 				// A null payload (FLUSHALL/FLUSHDB) reaches here as an unsupported
-				// payload; a broken connection too. Either way: everyone re-checks.
+				// payload; a broken connection or a refusal too. Either way:
+				// everyone re-checks.
 				w.wakeAll()
+				var re redis.Error
+				if errors.As(err, &re) {
+					// The server refused SUBSCRIBE (NOPERM: an ACL user without
+					// channel permission, Redis 7's default for new users). It
+					// will go on refusing: back off, and let waiters re-check on
+					// a timer meanwhile.
+					w.refuse(ctx, err)
+					sleepCtx(ctx, refusedBackoff)
+					refusedBackoff = min(2*refusedBackoff, maxRefusedBackoff)
+					break
+				}
 				if !strings.Contains(err.Error(), "unsupported pubsub message payload") {
 					sleepCtx(ctx, backoff)
 					break
@@ -149,7 +179,13 @@ func (w *watcher) run(ctx context.Context) {
 				w.mu.Lock()
 				w.subEpoch = w.psEpoch
 				w.readyLocked()
+				wasRefused := w.refused
+				w.refused = nil
 				w.mu.Unlock()
+				if wasRefused != nil {
+					w.c.logger.Info("prim: invalidation subscription accepted; waiters on this node wait on invalidations again", "node", w.addr)
+				}
+				refusedBackoff = 50 * time.Millisecond
 				w.wakeAll()
 				continue
 			}
@@ -168,6 +204,23 @@ func (w *watcher) run(ctx context.Context) {
 	}
 }
 
+// maxRefusedBackoff bounds the wait between subscriptions the server refuses.
+const maxRefusedBackoff = 30 * time.Second
+
+// refuse records that the server refused the subscription: once per episode a
+// Warn and the prim.waiting.degraded metric.
+func (w *watcher) refuse(ctx context.Context, err error) {
+	w.mu.Lock()
+	first := w.refused == nil
+	w.refused = err
+	w.mu.Unlock()
+	if first {
+		w.c.logger.Warn("prim: invalidation subscription refused by the server; waiters on this node re-check on a timer (every 50ms, one waiter per lock) until it is allowed",
+			"node", w.addr, "err", err, "fix", "allow the channel __redis__:invalidate to the ACL user (&__redis__:invalidate)")
+		w.c.m.degradedAdd(ctx, "subscribe-refused")
+	}
+}
+
 func (w *watcher) keepAliveLoop(ctx context.Context) {
 	t := time.NewTicker(keepAlive)
 	defer t.Stop()
@@ -181,8 +234,12 @@ func (w *watcher) keepAliveLoop(ctx context.Context) {
 		n := w.nwait
 		w.mu.Unlock()
 		if n == 0 {
+			if w.c.reapIfIdle(w) {
+				return
+			}
 			continue
 		}
+		w.wakeMoved(ctx)
 		w.trMu.Lock()
 		if w.trConn != nil {
 			pctx, cancel := context.WithTimeout(ctx, keepAlive)
@@ -208,50 +265,91 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	}
 }
 
-func (w *watcher) register(key string) *waiter {
-	wt := &waiter{ch: make(chan struct{}, 1)}
+// wakeEveryWaiter restores the landed behaviour, in which every waiter of a
+// key is woken by each invalidation (for benchmarks that compare the two).
+var wakeEveryWaiter atomic.Bool
+
+// register queues a waiter for key's group.
+func (w *watcher) register(key, group string) *waiter {
+	wt := &waiter{ch: make(chan struct{}, 1), key: key, group: group}
 	w.mu.Lock()
-	m := w.waiters[key]
-	if m == nil {
-		m = map[*waiter]struct{}{}
-		w.waiters[key] = m
+	g := w.waiters[key]
+	if g == nil {
+		g = map[string][]*waiter{}
+		w.waiters[key] = g
 	}
-	m[wt] = struct{}{}
+	wt.head = len(g[group]) == 0 || wakeEveryWaiter.Load()
+	g[group] = append(g[group], wt)
 	w.nwait++
 	w.mu.Unlock()
 	return wt
 }
 
-func (w *watcher) unregister(key string, wt *waiter) {
+// unregister removes wt from its queue. If it was the head, the next waiter
+// becomes head and is woken; acquired says wt leaves holding the lock.
+func (w *watcher) unregister(wt *waiter, acquired bool) {
 	w.mu.Lock()
-	if m := w.waiters[key]; m != nil {
-		if _, ok := m[wt]; ok {
-			delete(m, wt)
-			w.nwait--
-		}
-		if len(m) == 0 {
-			delete(w.waiters, key)
-		}
+	defer w.mu.Unlock()
+	g := w.waiters[wt.key]
+	q := g[wt.group]
+	i := slices.Index(q, wt)
+	if i < 0 {
+		return
 	}
-	w.mu.Unlock()
+	q = slices.Delete(q, i, i+1)
+	w.nwait--
+	if len(q) == 0 {
+		delete(g, wt.group)
+		if len(g) == 0 {
+			delete(w.waiters, wt.key)
+		}
+		return
+	}
+	g[wt.group] = q
+	if wt.head && !q[0].head {
+		q[0].head, q[0].held = true, acquired
+		q[0].wake()
+	}
 }
 
+// turn reports whether wt is its queue's head, and whether it became head
+// because the previous one left holding the lock (reported once).
+func (w *watcher) turn(wt *waiter) (head, held bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	held, wt.held = wt.held, false
+	return wt.head, held
+}
+
+// wakeKey wakes the head of every queue on key.
 func (w *watcher) wakeKey(key string) {
 	w.mu.Lock()
-	for wt := range w.waiters[key] {
-		wt.wake()
+	for _, q := range w.waiters[key] {
+		wakeHeads(q)
 	}
 	w.mu.Unlock()
 }
 
+// wakeAll wakes the head of every queue: whatever the server tracked for this
+// watcher may be lost, so each lock's head re-checks (and re-tracks for its
+// queue).
 func (w *watcher) wakeAll() {
 	w.mu.Lock()
-	for _, m := range w.waiters {
-		for wt := range m {
-			wt.wake()
+	for _, g := range w.waiters {
+		for _, q := range g {
+			wakeHeads(q)
 		}
 	}
 	w.mu.Unlock()
+}
+
+func wakeHeads(q []*waiter) {
+	for _, wt := range q {
+		if !wt.head {
+			return
+		}
+		wt.wake()
+	}
 }
 
 func (w *watcher) resetTrackingLocked() {
@@ -289,7 +387,10 @@ func (w *watcher) track(ctx context.Context, read func(ctx context.Context, c *r
 	}
 	v, err := read(ctx, w.trConn)
 	if err != nil && uncertain(err) {
+		// Whatever the server tracked on this connection, for every waiter of
+		// the node, is gone with it: all of them re-check (and re-track).
 		w.resetTrackingLocked()
+		w.wakeAll()
 	}
 	return v, err
 }
@@ -335,6 +436,39 @@ func (w *watcher) waitReady(ctx context.Context, closed <-chan struct{}) error {
 	}
 }
 
+// refusal is the server's refusal of the subscription, if it refuses it.
+func (w *watcher) refusal() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.refused != nil {
+		return fmt.Errorf("prim: invalidations unavailable on %s: %w", w.addr, serverError(w.refused))
+	}
+	return nil
+}
+
+// wakeMoved wakes the queues of keys whose slot another node now serves (a
+// Cluster failover or resharding), so that their heads wait on that node's
+// watcher instead. The slot map is the cluster client's own: no I/O unless it
+// is due for a reload.
+func (w *watcher) wakeMoved(ctx context.Context) {
+	if _, ok := w.c.client.(*redis.ClusterClient); !ok {
+		return
+	}
+	w.mu.Lock()
+	keys := make([]string, 0, len(w.waiters))
+	for k := range w.waiters {
+		keys = append(keys, k)
+	}
+	w.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, keepAlive)
+	defer cancel()
+	for _, k := range keys {
+		if n, err := w.c.fences.nodeFor(ctx, k); err == nil && n.Options().Addr != w.addr {
+			w.wakeKey(k)
+		}
+	}
+}
+
 func (w *watcher) close() {
 	w.trMu.Lock()
 	w.closed = true
@@ -360,7 +494,8 @@ func newWatchers() *watchers {
 }
 
 // watcherFor returns the watcher of the node that serves key, starting it on
-// first use. It does not wait for its subscription (see waitReady).
+// first use, and holds it for the caller until releaseWatcher. It does not
+// wait for its subscription (see waitReady).
 func (c *Coordinator) watcherFor(ctx context.Context, key string) (*watcher, error) {
 	node, err := c.fences.nodeFor(ctx, key)
 	if err != nil {
@@ -377,7 +512,34 @@ func (c *Coordinator) watcherFor(ctx context.Context, key string) (*watcher, err
 		w = newWatcher(c, node)
 		c.ws.byAddr[addr] = w
 	}
+	w.users++
 	return w, nil
+}
+
+// releaseWatcher ends the caller's hold on w.
+func (c *Coordinator) releaseWatcher(w *watcher) {
+	c.ws.mu.Lock()
+	if w.users--; w.users == 0 {
+		w.idle = time.Now()
+	}
+	c.ws.mu.Unlock()
+}
+
+// reapIfIdle closes w if nobody has held it for watcherIdle (its connections
+// close; the next wait on its node starts a new watcher). It reports whether
+// it did. A Cluster node that no longer serves the keys waited on goes this
+// way too, once its waiters have moved to the new owner's watcher.
+func (c *Coordinator) reapIfIdle(w *watcher) bool {
+	c.ws.mu.Lock()
+	if c.ws.closed || c.ws.byAddr[w.addr] != w || w.users > 0 || time.Since(w.idle) < time.Duration(watcherIdle.Load()) {
+		c.ws.mu.Unlock()
+		return false
+	}
+	delete(c.ws.byAddr, w.addr)
+	c.ws.mu.Unlock()
+	c.logger.Debug("prim: closing an idle invalidation watcher", "node", w.addr)
+	w.close()
+	return true
 }
 
 // Close stops the background watchers (the connections waiting acquisitions
@@ -403,3 +565,8 @@ func (c *Coordinator) Close() error {
 	}
 	return nil
 }
+
+// watcherIdle is how long a watcher nobody waits on keeps its connections.
+var watcherIdle atomic.Int64
+
+func init() { watcherIdle.Store(int64(30 * time.Second)) }
