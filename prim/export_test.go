@@ -8,3 +8,11 @@ func SetWatcherIdleForTest(d time.Duration) (restore func()) {
 	old := watcherIdle.Swap(int64(d))
 	return func() { watcherIdle.Store(old) }
 }
+
+// SetWakeEveryWaiterForTest restores the landed wake-up (every waiter of a key
+// woken by each invalidation) while on is true, for benchmarks that compare it
+// with the queue; it returns the function that restores the setting.
+func SetWakeEveryWaiterForTest(on bool) (restore func()) {
+	old := wakeEveryWaiter.Swap(on)
+	return func() { wakeEveryWaiter.Store(old) }
+}
