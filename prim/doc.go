@@ -112,12 +112,36 @@
 //
 // An expiring key sends its invalidation only when the server removes it, so a
 // waiter also wakes at the holder's PTTL deadline. A lost Pub/Sub or tracking
-// connection, a failed keep-alive (one PING a second per node while anyone
-// waits) or a flush wakes every waiter on the node to check again. In Cluster
-// the watcher is on the node that serves the key's slot; after a failover the
-// waiter re-resolves the owner on its next wake. Call [Coordinator.Close] to
-// stop the watchers: waits in progress end at once with [ErrClosed], and the
-// client stays the caller's.
+// connection, a failed tracking read or keep-alive (one PING a second per node
+// while anyone waits) or a flush wakes every lock's waiter on the node to
+// check again. In Cluster the watcher is on the node that serves the key's
+// slot; after a failover the waiter re-resolves the owner on its next wake,
+// and the keep-alive wakes waiters whose key the client's slot map puts on
+// another node.
+//
+// No herd: waiters of one lock (one lease key, or one field of a lease hash) in
+// one Coordinator queue up in arrival order. Only the first attempts, tracks
+// the key and is woken by invalidations and deadlines; the others sleep until
+// it leaves. When it acquires, the next one only re-reads the key to keep it
+// tracked; when it gives up (its context ends, an error), the next one
+// attempts. So a hand-off costs the release, one script and one tracking read
+// whatever the number of local waiters, and one script per process across
+// processes.
+//
+// When the server refuses the subscription (NOPERM: an ACL user without
+// permission for the channel, which is Redis 7's default for new users, see
+// ACL permissions below), waiting still works, by polling: the first waiter of
+// each lock re-checks every 50ms (or at the holder's deadline, if sooner), the
+// others wait their turn as above, and a hand-off takes up to those 50ms. The
+// watcher retries the subscription with a back-off doubling from 50ms to 30s,
+// logs the refusal once at Warn, counts it in the prim.waiting.degraded metric
+// (reason "subscribe-refused") and returns to invalidations as soon as the
+// server accepts.
+//
+// A watcher nobody has waited on for 30s closes its two connections; the next
+// wait on its node opens new ones. Call [Coordinator.Close] to stop the
+// watchers: waits in progress end at once with [ErrClosed], and the client
+// stays the caller's.
 //
 // # Named leases in hash fields
 //
@@ -178,7 +202,7 @@
 // A waiter sends nothing while it waits. Its watcher sends one PING a second
 // per node on the tracking connection while anyone waits, and pings the
 // Pub/Sub connection after every 2s without traffic for as long as the watcher
-// exists (until [Coordinator.Close]).
+// exists (until 30s after the last wait on that node, or [Coordinator.Close]).
 //
 // # ACL permissions
 //
@@ -190,7 +214,9 @@
 //     (GET, DEL).
 //   - AcquireFencedLock, AcquireLease (waiting): in addition CLIENT ID, CLIENT
 //     TRACKING, SUBSCRIBE to __redis__:invalidate, PING, and the read commands
-//     PTTL (fenced locks) or HPTTL (leases) on the key.
+//     PTTL (fenced locks) or HPTTL (leases) on the key. The channel needs its
+//     own ACL rule (&__redis__:invalidate, or allchannels): without it waiting
+//     falls back to polling, as described above.
 //   - TryAcquireLease and lease handles: CLIENT INFO and CLIENT KILL (fencing
 //     uncertain acquisitions and renewals), EVALSHA/EVAL running HPTTL, PTTL,
 //     HSETEX (or HSET and HPEXPIRE), HGET and HDEL.
