@@ -341,6 +341,17 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 			failed = append(failed, fmt.Sprintf("nemesis event %q at %v failed: %s", ev.Name, ev.At.Round(time.Millisecond), firstLine(ev.Err)))
 		}
 	}
+	// So does one that was scheduled but never ran (the run ended first), and
+	// a scenario about a fault whose run scheduled none.
+	if len(log) < len(events) {
+		for _, ev := range events[len(log):] {
+			failed = append(failed, fmt.Sprintf("nemesis event %q scheduled at %v did not happen: the run (%v) ended first",
+				ev.Name, ev.At.Round(time.Millisecond), cfg.Duration))
+		}
+	}
+	if s.Nemesis != nil && len(events) == 0 {
+		failed = append(failed, fmt.Sprintf("no fault was scheduled in a run of %v: the scenario's faults need a longer --duration", cfg.Duration))
+	}
 	if len(failed) > 0 {
 		vs = append(vs, Unknown)
 		out.Error = strings.Join(failed, "\n")

@@ -237,3 +237,21 @@ func TestSameSeedSameOperations(t *testing.T) {
 		t.Errorf("%d processes compared, %d differ under another seed", same, other)
 	}
 }
+
+// A fault that did not happen leaves the scenario untested: a one-second run
+// of a scenario whose first kill comes later is UNKNOWN, never PASS.
+func TestFaultThatDidNotHappenIsUnknown(t *testing.T) {
+	ss, err := scenarios.Match([]string{"fenced-lock/kill-restart-noaof"})
+	if err != nil || len(ss) != 1 {
+		t.Fatal(ss, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := scenarios.Run(ctx, ss[0], scenarios.Config{Build: build(), Duration: time.Second, Seed: 1, Impl: "prim", Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Verdict != scenarios.Unknown || !strings.Contains(out.Error, "no fault was scheduled") {
+		t.Fatalf("verdict %s (%q), want UNKNOWN saying no fault happened", out.Verdict, out.Error)
+	}
+}
