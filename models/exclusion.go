@@ -92,11 +92,11 @@ func sweepConflicts(h *history.History, hs []hold, c *collector, conflicts func(
 					continue
 				}
 				if other := &hs[f]; other.end > hd.start {
-					if c.full() {
-						c.skip()
+					if c.full(KindOverlap) {
+						c.skip(KindOverlap, holdOps(h, other, hd)...)
 						break
 					}
-					c.fail(hd.id.String(), fmt.Sprintf("validity windows overlap: [%s, %s) by proc %d and [%s, %s) by proc %d",
+					c.fail(KindOverlap, hd.id.String(), fmt.Sprintf("validity windows overlap: [%s, %s) by proc %d and [%s, %s) by proc %d",
 						fmtT(other.start), fmtT(other.end), h.Ops[other.acq].Process, fmtT(hd.start), fmtT(hd.end), h.Ops[hd.acq].Process),
 						holdOps(h, other, hd)...)
 					break
@@ -184,7 +184,7 @@ func CheckSemaphore(h *history.History, o Options) Result {
 				if len(ops) > 2*int(limit)+4 {
 					ops = ops[:2*int(limit)+4]
 				}
-				c.fail(id.String(), fmt.Sprintf("%d permits held at %s, capacity %d", held, fmtT(e.t), limit), ops...)
+				c.fail(KindOverCapacity, id.String(), fmt.Sprintf("%d permits held at %s, capacity %d", held, fmtT(e.t), limit), ops...)
 			} else if held <= limit {
 				over = false
 			}

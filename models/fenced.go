@@ -93,10 +93,10 @@ func reusedTokens(h *history.History, key string, idx []int, c *collector) {
 		switch {
 		case !seen:
 			first[op.Token] = op
-		case prev.Owner != op.Owner && c.full():
-			c.skip()
+		case prev.Owner != op.Owner && c.full(KindTokenReused):
+			c.skip(KindTokenReused, prev, op)
 		case prev.Owner != op.Owner:
-			c.fail(key, fmt.Sprintf("token %d reused by another owner: accepted from owner %s (ok at %s) and from owner %s (ok at %s); the counter regressed and the resource cannot tell the writers apart",
+			c.fail(KindTokenReused, key, fmt.Sprintf("token %d reused by another owner: accepted from owner %s (ok at %s) and from owner %s (ok at %s); the counter regressed and the resource cannot tell the writers apart",
 				op.Token, prev.Owner, fmtT(prev.Return), op.Owner, fmtT(op.Return)), prev, op)
 		}
 	}
@@ -196,11 +196,11 @@ func fencedBySeq(h *history.History, key string, idx []int, c *collector) {
 		switch op.Type {
 		case history.OK:
 			if op.Token <= 0 {
-				c.fail(key, fmt.Sprintf("write with non-positive token %d accepted (seq %d)", op.Token, op.Seq), op)
-			} else if op.Token < maxTok && c.full() {
-				c.skip()
+				c.fail(KindBadToken, key, fmt.Sprintf("write with non-positive token %d accepted (seq %d)", op.Token, op.Seq), op)
+			} else if op.Token < maxTok && c.full(KindStaleWrite) {
+				c.skip(KindStaleWrite, maxOp, op)
 			} else if op.Token < maxTok {
-				c.fail(key, fmt.Sprintf("stale write accepted: token %d after token %d (seq %d after seq %d)", op.Token, maxTok, op.Seq, maxOp.Seq), maxOp, op)
+				c.fail(KindStaleWrite, key, fmt.Sprintf("stale write accepted: token %d after token %d (seq %d after seq %d)", op.Token, maxTok, op.Seq, maxOp.Seq), maxOp, op)
 			}
 			if op.Token > maxTok {
 				maxTok, maxOp = op.Token, op
@@ -211,7 +211,7 @@ func fencedBySeq(h *history.History, key string, idx []int, c *collector) {
 				if maxOp == nil {
 					msg = fmt.Sprintf("write with token %d rejected (seq %d) though no token had been accepted", op.Token, op.Seq)
 				}
-				c.fail(key, msg, maxOp, op)
+				c.fail(KindWrongReject, key, msg, maxOp, op)
 			}
 		}
 	}
@@ -232,15 +232,15 @@ func fencedRealTime(h *history.History, key string, idx []int, c *collector) {
 		switch op.Type {
 		case history.OK:
 			if op.Token <= 0 {
-				c.fail(key, fmt.Sprintf("write with non-positive token %d accepted", op.Token), op)
+				c.fail(KindBadToken, key, fmt.Sprintf("write with non-positive token %d accepted", op.Token), op)
 				continue
 			}
 			if prev := accepted.before(op.T); prev != nil && prev.Token > op.Token {
-				if c.full() {
-					c.skip()
+				if c.full(KindStaleWrite) {
+					c.skip(KindStaleWrite, prev, op)
 					continue
 				}
-				c.fail(key, fmt.Sprintf("stale write accepted: token %d, invoked at %s after the write with token %d was accepted at %s",
+				c.fail(KindStaleWrite, key, fmt.Sprintf("stale write accepted: token %d, invoked at %s after the write with token %d was accepted at %s",
 					op.Token, fmtT(op.T), prev.Token, fmtT(prev.Return)), prev, op)
 			}
 		case history.Fail:
@@ -248,7 +248,7 @@ func fencedRealTime(h *history.History, key string, idx []int, c *collector) {
 				continue
 			}
 			if m := maybe.maxBy(op.Return); m <= op.Token {
-				c.fail(key, fmt.Sprintf("write with token %d rejected at %s though no write with a larger token had been invoked (largest: %d)",
+				c.fail(KindWrongReject, key, fmt.Sprintf("write with token %d rejected at %s though no write with a larger token had been invoked (largest: %d)",
 					op.Token, fmtT(op.Return), m), op)
 			}
 		}

@@ -85,3 +85,40 @@ func TestFencedResourceDuplicateSeqIsUnknown(t *testing.T) {
 	h := new(builder).ok(1, 0, 100, seqWrite("r", 5, 1)).ok(2, 0, 100, seqWrite("r", 6, 1)).build(t)
 	expect(t, CheckFencedResource(h, Options{}), Unknown, "ambiguous")
 }
+
+// Violations are counted and evidenced by kind: a flood of one kind does not
+// crowd out the evidence of another (a resource that ignores tokens after a
+// counter regression showed only "token reused" lines, hiding its stale
+// writes), and each kind says when its first violation was complete.
+func TestViolationKinds(t *testing.T) {
+	b := new(builder)
+	// 30 tokens reused by another owner (a regressed counter), then one stale
+	// write accepted at the end.
+	for k := int64(0); k < 30; k++ {
+		at := 100 + 40*k
+		b.ok(1, at, at+10, ownedWrite("r", 10+k, "A")).ok(2, at+20, at+30, ownedWrite("r", 10+k, "B"))
+	}
+	b.ok(3, 5000, 5010, ownedWrite("r", 3, "C"))
+	r := CheckFencedResource(b.build(t), Options{MaxEvidence: 5})
+	if r.Verdict != Fail {
+		t.Fatalf("verdict %v", r.Verdict)
+	}
+	if r.Kinds[KindTokenReused] != 30 || r.Kinds[KindStaleWrite] != 1 || r.Violations != 31 {
+		t.Fatalf("kinds %v, violations %d; want 30 token-reused and 1 stale-write", r.Kinds, r.Violations)
+	}
+	var stale, reused int
+	for _, e := range r.Evidence {
+		switch e.Kind {
+		case KindStaleWrite:
+			stale++
+		case KindTokenReused:
+			reused++
+		}
+	}
+	if stale != 1 || reused != 5 {
+		t.Fatalf("evidence: %d stale-write, %d token-reused; want 1 and 5 (MaxEvidence per kind)", stale, reused)
+	}
+	if r.Earliest[KindTokenReused] != 130 || r.Earliest[KindStaleWrite] != 5010 {
+		t.Fatalf("earliest %v; want token-reused at 130, stale-write at 5010", r.Earliest)
+	}
+}

@@ -194,11 +194,11 @@ func CheckLatch(h *history.History, o Options) Result {
 					c.undecided(op.Key, fmt.Sprintf("wait on generation %d returned true: its initial count is not in the history and no count-down returned 0", op.Gen), op)
 					continue
 				}
-				c.fail(op.Key, fmt.Sprintf("wait on generation %d returned true at %s, but only %d of %d count-downs had been invoked",
+				c.fail(KindLatch, op.Key, fmt.Sprintf("wait on generation %d returned true at %s, but only %d of %d count-downs had been invoked",
 					op.Gen, fmtT(op.Return), countLE(g.mayInv, op.Return), g.count), g.created, op)
 			case history.ValueFalse:
 				if g.mayReplace > op.Return {
-					c.fail(op.Key, fmt.Sprintf("wait on generation %d returned false at %s, but the generation was neither replaced nor deleted", op.Gen, fmtT(op.Return)), g.created, op)
+					c.fail(KindLatch, op.Key, fmt.Sprintf("wait on generation %d returned false at %s, but the generation was neither replaced nor deleted", op.Gen, fmtT(op.Return)), g.created, op)
 				}
 			}
 			continue
@@ -206,31 +206,31 @@ func CheckLatch(h *history.History, o Options) Result {
 		r := op.Count
 		switch {
 		case r < -1:
-			c.fail(op.Key, fmt.Sprintf("count-down of generation %d returned %d: underflow", op.Gen, r), g.created, op)
+			c.fail(KindLatch, op.Key, fmt.Sprintf("count-down of generation %d returned %d: underflow", op.Gen, r), g.created, op)
 			continue
 		case r == -1:
 			if g.mayReplace > op.Return {
-				c.fail(op.Key, fmt.Sprintf("count-down of generation %d returned -1 at %s, but the generation had not been replaced or deleted", op.Gen, fmtT(op.Return)), g.created, op)
+				c.fail(KindLatch, op.Key, fmt.Sprintf("count-down of generation %d returned -1 at %s, but the generation had not been replaced or deleted", op.Gen, fmtT(op.Return)), g.created, op)
 			}
 			continue
 		}
 		if g.replaced < op.T {
-			c.fail(op.Key, fmt.Sprintf("count-down invoked at %s, after generation %d was replaced at %s, returned %d instead of -1",
+			c.fail(KindLatch, op.Key, fmt.Sprintf("count-down invoked at %s, after generation %d was replaced at %s, returned %d instead of -1",
 				fmtT(op.T), op.Gen, fmtT(g.replaced), r), g.created, op)
 			continue
 		}
 		if g.known {
 			if r >= g.count && !(r == 0 && g.count == 0) {
-				c.fail(op.Key, fmt.Sprintf("count-down of generation %d (initial count %d) returned %d: no decrement", op.Gen, g.count, r), g.created, op)
+				c.fail(KindLatch, op.Key, fmt.Sprintf("count-down of generation %d (initial count %d) returned %d: no decrement", op.Gen, g.count, r), g.created, op)
 				continue
 			}
 			if inv := int64(countLE(g.mayInv, op.Return)); inv < g.count-r {
-				c.fail(op.Key, fmt.Sprintf("count-down of generation %d returned %d (initial count %d) when at most %d count-down(s) had been invoked: decremented more than once",
+				c.fail(KindLatch, op.Key, fmt.Sprintf("count-down of generation %d returned %d (initial count %d) when at most %d count-down(s) had been invoked: decremented more than once",
 					op.Gen, r, g.count, inv), g.created, op)
 				continue
 			}
 			if done := int64(countLT(g.okRet, op.T)); r > max(g.count-done-1, 0) {
-				c.fail(op.Key, fmt.Sprintf("count-down of generation %d returned %d (initial count %d) after %d count-down(s) had completed: a decrement was lost",
+				c.fail(KindLatch, op.Key, fmt.Sprintf("count-down of generation %d returned %d (initial count %d) after %d count-down(s) had completed: a decrement was lost",
 					op.Gen, r, g.count, done), g.created, op)
 				continue
 			}
@@ -241,7 +241,7 @@ func CheckLatch(h *history.History, o Options) Result {
 				seen[gk] = make(map[int64]*history.Operation)
 			}
 			if prev := seen[gk][r]; prev != nil {
-				c.fail(op.Key, fmt.Sprintf("two count-downs of generation %d both returned %d", op.Gen, r), prev, op)
+				c.fail(KindLatch, op.Key, fmt.Sprintf("two count-downs of generation %d both returned %d", op.Gen, r), prev, op)
 			} else {
 				seen[gk][r] = op
 			}

@@ -68,7 +68,7 @@ func CheckLeaks(h *history.History, o Options) Result {
 		case s.T < latest:
 			c.undecided(s.Key, fmt.Sprintf("scan at %s found %s, before every TTL had elapsed (%s)", fmtT(s.T), found, fmtT(latest)), latestOp, s)
 		default:
-			c.fail(s.Key, fmt.Sprintf("leak: scan at %s, after every TTL had elapsed (%s), found %s", fmtT(s.T), fmtT(latest), found), s)
+			c.fail(KindLeak, s.Key, fmt.Sprintf("leak: scan at %s, after every TTL had elapsed (%s), found %s", fmtT(s.T), fmtT(latest), found), s)
 		}
 	}
 	r := c.result("leaks", len(scans), fmt.Sprintf("%d final-state scan(s): nothing left behind", clean))

@@ -196,7 +196,7 @@ func CheckLiveness(h *history.History, o Options) Result {
 		if servedBy >= 0 && servedBy != culprit {
 			ops = append(ops, &h.Ops[servedBy])
 		}
-		c.fail(hd.id.String(), fmt.Sprintf("lock %s by %s; proc %d waiting since %s had not acquired it by the deadline %s (bound %v; %s)",
+		c.fail(KindStuckWaiter, hd.id.String(), fmt.Sprintf("lock %s by %s; proc %d waiting since %s had not acquired it by the deadline %s (bound %v; %s)",
 			how, fmtT(hd.freedAt), w.Process, fmtT(w.T), fmtT(deadline), o.WakeBound, next), ops...)
 	}
 	r := c.result("liveness", nWaiters, fmt.Sprintf("%d waiting acquisitions, %d free-lock events: every waiter served within %v", nWaiters, events, o.WakeBound))

@@ -209,7 +209,7 @@ func reportWindow(h *history.History, key string, gs []grant, a, b int64, msg st
 			ops = append(ops, &h.Ops[g.op])
 		}
 	}
-	c.fail(key, msg, ops...)
+	c.fail(KindOverLimit, key, msg, ops...)
 }
 
 // maxTree is a segment tree over float64 leaves with range add and range max

@@ -85,6 +85,12 @@ func (v *Verdict) UnmarshalText(b []byte) error {
 // Evidence is one violation (or, for UNKNOWN, one reason) and the operations
 // involved, with their indices (I, ReturnI), processes, times and tokens.
 type Evidence struct {
+	// Kind is the violation's kind (one of the Kind… constants); empty for
+	// the reasons of an UNKNOWN.
+	Kind string `json:"kind,omitempty"`
+	// Hazard marks, in a scenario's report, a violation counted as the
+	// documented hazard the scenario is about rather than as a failure.
+	Hazard bool `json:"hazard,omitempty"`
 	// Key is the lock, semaphore, latch, limiter or resource concerned.
 	Key string `json:"key,omitempty"`
 	// Msg says what is wrong, with the relevant times.
@@ -120,7 +126,15 @@ type Result struct {
 	// Violations counts every violation found (Evidence holds at most
 	// Options.MaxEvidence of them).
 	Violations int `json:"violations"`
-	// Evidence shows the first violations (or the reasons for UNKNOWN).
+	// Kinds counts every violation by kind.
+	Kinds map[string]int `json:"kinds,omitempty"`
+	// Earliest is, for each kind, the earliest time (ns, the history's clock)
+	// at which a violation of that kind was complete: the latest completion
+	// among its operations (Never if one never completed). A violation
+	// complete before a fault began cannot be that fault's doing.
+	Earliest map[string]int64 `json:"earliest_ns,omitempty"`
+	// Evidence shows the first violations of each kind, up to
+	// Options.MaxEvidence per kind (or the reasons for UNKNOWN).
 	Evidence []Evidence `json:"evidence,omitempty"`
 	// Visualization is porcupine's HTML rendering of the history and its
 	// partial linearizations, for porcupine failures and timeouts; write it
@@ -188,30 +202,69 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
+// The kinds of violation the checkers report (Evidence.Kind, Result.Kinds).
+const (
+	KindOverlap         = "overlap"          // exclusion: two holders' validity windows overlap
+	KindOverCapacity    = "over-capacity"    // exclusion: more permits held than the capacity
+	KindTokenReused     = "token-reused"     // fenced-resource: one token accepted from two owners
+	KindStaleWrite      = "stale-write"      // fenced-resource: a write with a lower token accepted after a higher one
+	KindBadToken        = "bad-token"        // a non-positive token granted or accepted
+	KindWrongReject     = "wrongly-rejected" // fenced-resource: a current write refused
+	KindTokenDuplicate  = "token-duplicate"  // token-order: one token granted twice
+	KindTokenRegressed  = "token-regressed"  // token-order: a smaller token granted after a larger one
+	KindNotLinearizable = "not-linearizable" // a porcupine model found no linearization
+	KindStuckWaiter     = "stuck-waiter"     // liveness: a waiter did not acquire a free lock in time
+	KindLeak            = "leak"             // leaks: a key outlived every TTL
+	KindLatch           = "latch"            // latch: a wait or count-down answered wrongly
+	KindOverLimit       = "over-limit"       // rate limits: more granted in a span than the bound
+)
+
 // collector accumulates violations for a Result.
 type collector struct {
 	max      int
 	n        int
+	kinds    map[string]int
+	earliest map[string]int64
 	evidence []Evidence
 	unknown  []Evidence
 }
 
-func newCollector(o Options) *collector { return &collector{max: o.MaxEvidence} }
+func newCollector(o Options) *collector {
+	return &collector{max: o.MaxEvidence, kinds: map[string]int{}, earliest: map[string]int64{}}
+}
 
-// fail records a violation.
-func (c *collector) fail(key, msg string, ops ...*history.Operation) {
-	c.n++
-	if len(c.evidence) < c.max {
-		c.evidence = append(c.evidence, evidence(key, msg, ops))
+// fail records a violation of a kind.
+func (c *collector) fail(kind, key, msg string, ops ...*history.Operation) {
+	full := c.full(kind)
+	c.skip(kind, ops...)
+	if !full {
+		e := evidence(key, msg, ops)
+		e.Kind = kind
+		c.evidence = append(c.evidence, e)
 	}
 }
 
-// full reports whether evidence is complete: further violations are only
-// counted (call skip instead of formatting a message).
-func (c *collector) full() bool { return len(c.evidence) >= c.max }
+// full reports whether the evidence of a kind is complete: further violations
+// of it are only counted (call skip instead of formatting a message).
+func (c *collector) full(kind string) bool { return c.kinds[kind] >= c.max }
 
 // skip counts a violation without evidence.
-func (c *collector) skip() { c.n++ }
+func (c *collector) skip(kind string, ops ...*history.Operation) {
+	c.n++
+	c.kinds[kind]++
+	end := history.Never // no operations named: when it happened is unknown
+	if len(ops) > 0 {
+		end = 0
+	}
+	for _, o := range ops {
+		if o != nil && o.Return > end {
+			end = o.Return
+		}
+	}
+	if e, ok := c.earliest[kind]; !ok || end < e {
+		c.earliest[kind] = end
+	}
+}
 
 // undecided records a reason for UNKNOWN.
 func (c *collector) undecided(key, msg string, ops ...*history.Operation) {
@@ -238,6 +291,7 @@ func (c *collector) result(name string, ops int, pass string) Result {
 	case c.n > 0:
 		r.Verdict = Fail
 		r.Evidence = c.evidence
+		r.Kinds, r.Earliest = c.kinds, c.earliest
 		r.Summary = fmt.Sprintf("%d violation(s); first: %s", c.n, firstLine(c.evidence[0]))
 	case len(c.unknown) > 0:
 		r.Verdict = Unknown

@@ -78,7 +78,7 @@ func CheckTokenOrder(h *history.History, o Options) Result {
 		case porcupine.Ok:
 			r = c.result("token-order", n, fmt.Sprintf("%d acquisitions on %d keys: tokens unique and increasing in real-time order (porcupine: linearizable)", n, len(keys)))
 		case porcupine.Illegal:
-			c.fail("", "porcupine: not linearizable with the "+modelName(o)+" (see the visualization)")
+			c.fail(KindNotLinearizable, "", "porcupine: not linearizable with the "+modelName(o)+" (see the visualization)")
 			r = c.result("token-order", n, "")
 		default:
 			c.undecided("", fmt.Sprintf("porcupine timed out after %v; the direct check found no violation", o.Timeout))
@@ -109,7 +109,7 @@ func directTokenCheck(h *history.History, key string, idx []int, c *collector) {
 			continue
 		}
 		if op.Token <= 0 {
-			c.fail(key, fmt.Sprintf("non-positive fencing token %d", op.Token), op)
+			c.fail(KindBadToken, key, fmt.Sprintf("non-positive fencing token %d", op.Token), op)
 			continue
 		}
 		oks = append(oks, k)
@@ -122,11 +122,11 @@ func directTokenCheck(h *history.History, key string, idx []int, c *collector) {
 	for n := 1; n < len(byToken); n++ {
 		a, b := &h.Ops[byToken[n-1]], &h.Ops[byToken[n]]
 		if a.Token == b.Token {
-			if c.full() {
-				c.skip()
+			if c.full(KindTokenDuplicate) {
+				c.skip(KindTokenDuplicate, a, b)
 				continue
 			}
-			c.fail(key, fmt.Sprintf("token %d granted twice", a.Token), a, b)
+			c.fail(KindTokenDuplicate, key, fmt.Sprintf("token %d granted twice", a.Token), a, b)
 		}
 	}
 	// Real-time order: the largest token among acquisitions that returned
@@ -135,11 +135,11 @@ func directTokenCheck(h *history.History, key string, idx []int, c *collector) {
 	for _, k := range oks {
 		op := &h.Ops[k]
 		if prev := granted.before(op.T); prev != nil && prev.Token > op.Token {
-			if c.full() {
-				c.skip()
+			if c.full(KindTokenRegressed) {
+				c.skip(KindTokenRegressed, prev, op)
 				continue
 			}
-			c.fail(key, fmt.Sprintf("token %d granted after token %d: the acquisition returning %d completed at %s, before this one was invoked at %s",
+			c.fail(KindTokenRegressed, key, fmt.Sprintf("token %d granted after token %d: the acquisition returning %d completed at %s, before this one was invoked at %s",
 				op.Token, prev.Token, prev.Token, fmtT(prev.Return), fmtT(op.T)), prev, op)
 		}
 	}

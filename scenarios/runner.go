@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -323,10 +324,7 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 		v := Pass
 		switch r.Verdict {
 		case models.Fail:
-			v = Fail
-			if p.Expect == MayHazard {
-				v = Hazard
-			}
+			v = judgeViolations(p, &r, log)
 		case models.Unknown:
 			v = Unknown
 		}
@@ -436,4 +434,67 @@ func firstLine(s string) string {
 		return s[:i]
 	}
 	return s
+}
+
+// judgeViolations decides a failed property: HAZARD when p may show the
+// scenario's hazard and every violation is of a hazard kind and was not
+// complete before the first fault that happened began; FAIL otherwise. It
+// marks the hazard evidence, puts the failures' evidence first and says in the
+// summary how the violations split.
+func judgeViolations(p Property, r *models.Result, log []EventLog) Verdict {
+	hz := p.hazards()
+	faultStart := int64(-1)
+	for _, ev := range log {
+		if ev.Err == "" {
+			faultStart = int64(ev.At)
+			break
+		}
+	}
+	isHazard := func(kind string) bool {
+		e, ok := r.Earliest[kind]
+		return faultStart >= 0 && slices.Contains(hz, kind) && (!ok || e >= faultStart)
+	}
+	v := Hazard
+	if len(hz) == 0 || len(r.Kinds) == 0 {
+		v = Fail
+	}
+	var parts []string
+	kinds := make([]string, 0, len(r.Kinds))
+	for k := range r.Kinds {
+		kinds = append(kinds, k)
+	}
+	slices.Sort(kinds)
+	for _, k := range kinds {
+		class := "FAIL"
+		if isHazard(k) {
+			class = "hazard"
+		} else {
+			v = Fail
+			if slices.Contains(hz, k) && faultStart >= 0 {
+				class = "FAIL: before any fault"
+			}
+		}
+		parts = append(parts, fmt.Sprintf("%d %s (%s)", r.Kinds[k], k, class))
+	}
+	for k := range r.Evidence {
+		r.Evidence[k].Hazard = r.Evidence[k].Kind != "" && isHazard(r.Evidence[k].Kind)
+	}
+	slices.SortStableFunc(r.Evidence, func(a, b models.Evidence) int {
+		switch {
+		case a.Hazard == b.Hazard:
+			return 0
+		case b.Hazard:
+			return -1
+		default:
+			return 1
+		}
+	})
+	if len(parts) > 0 && len(r.Evidence) > 0 {
+		first := r.Evidence[0].Msg
+		if r.Evidence[0].Key != "" {
+			first = fmt.Sprintf("key %q: %s", r.Evidence[0].Key, first)
+		}
+		r.Summary = fmt.Sprintf("%d violation(s): %s; first: %s", r.Violations, strings.Join(parts, ", "), first)
+	}
+	return v
 }

@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -35,8 +36,12 @@ const (
 	// MustHold: a violation is a bug (FAIL).
 	MustHold Expectation = iota
 	// MayHazard: the fault is one of the documented hazards (asynchronous
-	// failover, restore, eviction, clock skew) that can break the property; a
-	// violation is reported as HAZARD with its evidence.
+	// failover, restore, eviction, clock skew) that can break the property.
+	// Violations are judged one by one: the property is HAZARD, with its
+	// evidence, only when every violation is of a kind the hazard produces
+	// (Property.Hazards) and was not complete before the first fault began;
+	// any other violation makes it FAIL. A stale write the resource accepted
+	// is never the hazard: it is the resource's own bug.
 	MayHazard
 )
 
@@ -51,6 +56,29 @@ func (e Expectation) String() string {
 type Property struct {
 	Checker string
 	Expect  Expectation
+	// Hazards are the violation kinds (models.Kind…) a MayHazard property
+	// counts as the hazard; nil means the checker's defaults (HazardKinds).
+	Hazards []string
+}
+
+// HazardKinds are the violation kinds a checker's MayHazard property counts
+// as the hazard by default: what a lost counter increment or lease can do.
+// models.KindStaleWrite is never one.
+var HazardKinds = map[string][]string{
+	"fenced-resource": {models.KindTokenReused},
+	"token-order":     {models.KindTokenDuplicate, models.KindTokenRegressed, models.KindNotLinearizable},
+	"exclusion":       {models.KindOverlap, models.KindOverCapacity},
+}
+
+// hazards is the set of kinds p counts as the hazard.
+func (p Property) hazards() []string {
+	if p.Expect != MayHazard {
+		return nil
+	}
+	if p.Hazards != nil {
+		return p.Hazards
+	}
+	return HazardKinds[p.Checker]
 }
 
 // Topology is the shape a scenario runs on.
@@ -152,6 +180,11 @@ var registry = map[string]*Scenario{}
 func Register(s *Scenario) {
 	if _, dup := registry[s.Name]; dup {
 		panic("scenarios: duplicate scenario " + s.Name)
+	}
+	for _, p := range s.Properties {
+		if slices.Contains(p.hazards(), models.KindStaleWrite) {
+			panic("scenarios: " + s.Name + ": a stale write accepted is never a hazard")
+		}
 	}
 	registry[s.Name] = s
 }
