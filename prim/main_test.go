@@ -32,6 +32,9 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(holderEnv); spec != "" {
 		os.Exit(runHolder(spec)) // the other process of BenchmarkHandOffAcrossProcesses
 	}
+	if spec := os.Getenv(herdEnv); spec != "" {
+		os.Exit(runHerd(spec)) // a helper process of BenchmarkHerd
+	}
 	code := func() int {
 		defer func() {
 			serversMu.Lock()
