@@ -29,19 +29,7 @@ func TestDedicatedPathsFollowFailover(t *testing.T) {
 			co := prim.New(c)
 			defer co.Close()
 			lease, fence, hk := "{df}:lease", "{df}:fence", "{df}:hash"
-			owner, err := topo.ClusterNodeFor(ctx, prim.Slot(lease))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var replica *testbed.Node
-			for _, n := range topo.Nodes() {
-				if r, _ := n.Admin().Do(ctx, "ROLE").Slice(); len(r) > 3 && r[0] == "slave" && fmt.Sprint(r[2]) == mustPort(owner.Addr) {
-					replica = n
-				}
-			}
-			if replica == nil {
-				t.Fatalf("no replica of %s", owner.Name)
-			}
+			replica := replicaOfKey(t, ctx, topo, lease)
 			hfe := true
 			// Both paths used once before the failover: the client knows the old owner.
 			if l, err := co.TryAcquireLease(ctx, hk, "warm", 30*time.Second); errors.Is(err, prim.ErrFeatureUnsupported) {

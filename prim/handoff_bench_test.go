@@ -365,13 +365,21 @@ type holder struct {
 }
 
 func startHolder(b *testing.B, addr, impl, tag string) *holder {
+	in, out := startHelper(b, holderEnv, addr+" "+impl+" "+tag)
+	return &holder{in: in, out: out}
+}
+
+// startHelper starts this test binary again as a helper process with env set
+// to spec, and stops it at the benchmark's end: it exits on EOF of its stdin,
+// and is killed if it does not within 10s.
+func startHelper(b *testing.B, env, spec string) (io.WriteCloser, *bufio.Reader) {
 	exe, err := os.Executable()
 	if err != nil {
 		b.Fatal(err)
 	}
 	ctx, kill := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), holderEnv+"="+addr+" "+impl+" "+tag)
+	cmd.Env = append(os.Environ(), env+"="+spec)
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -385,13 +393,13 @@ func startHolder(b *testing.B, addr, impl, tag string) *holder {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() {
-		in.Close() // the helper exits on EOF; one stuck in a command is killed
-		t := time.AfterFunc(5*time.Second, kill)
+		in.Close()
+		t := time.AfterFunc(10*time.Second, kill)
 		_ = cmd.Wait()
 		t.Stop()
 		kill()
 	})
-	return &holder{in: in, out: bufio.NewReader(out)}
+	return in, bufio.NewReader(out)
 }
 
 // do sends one command to the helper and returns its answer line.

@@ -1,13 +1,11 @@
 package prim_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -170,33 +168,8 @@ const herdEnv = "COORDTORTURE_PRIM_HERD"
 // startHerd starts a helper process running a relay of n waiters; it stops when
 // its stdin closes (at the sub-benchmark's end).
 func startHerd(b *testing.B, spec string) {
-	exe, err := os.Executable()
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, kill := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), herdEnv+"="+spec)
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		in.Close()
-		t := time.AfterFunc(10*time.Second, kill)
-		_ = cmd.Wait()
-		t.Stop()
-		kill()
-	})
-	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || strings.TrimSpace(line) != "ready" {
+	_, out := startHelper(b, herdEnv, spec)
+	if line, err := out.ReadString('\n'); err != nil || strings.TrimSpace(line) != "ready" {
 		b.Fatalf("herd process: %q %v", line, err)
 	}
 }

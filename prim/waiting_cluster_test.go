@@ -1,6 +1,7 @@
 package prim_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -24,19 +25,7 @@ func TestWaitingClusterFailover(t *testing.T) {
 			co := prim.New(c)
 			defer co.Close()
 			lease, fence := "{cf}:lease", "{cf}:fence"
-			owner, err := topo.ClusterNodeFor(ctx, prim.Slot(lease))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var replica *testbed.Node
-			for _, n := range topo.Nodes() {
-				if r, _ := n.Admin().Do(ctx, "ROLE").Slice(); len(r) > 3 && r[0] == "slave" && fmt.Sprint(r[2]) == mustPort(owner.Addr) {
-					replica = n
-				}
-			}
-			if replica == nil {
-				t.Fatalf("no replica of %s", owner.Name)
-			}
+			replica := replicaOfKey(t, ctx, topo, lease)
 			holder, err := co.TryAcquireFencedLock(ctx, lease, fence, 20*time.Second)
 			if err != nil {
 				t.Fatal(err)
@@ -79,6 +68,22 @@ func TestWaitingClusterFailover(t *testing.T) {
 			}
 		})
 	}
+}
+
+// replicaOfKey returns the replica of the primary that serves key.
+func replicaOfKey(t *testing.T, ctx context.Context, topo *testbed.Topology, key string) *testbed.Node {
+	t.Helper()
+	owner, err := topo.ClusterNodeFor(ctx, prim.Slot(key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range topo.Nodes() {
+		if r, _ := n.Admin().Do(ctx, "ROLE").Slice(); len(r) > 3 && r[0] == "slave" && fmt.Sprint(r[2]) == mustPort(owner.Addr) {
+			return n
+		}
+	}
+	t.Fatalf("no replica of %s", owner.Name)
+	return nil
 }
 
 func mustPort(addr string) string {
