@@ -16,3 +16,11 @@ func SetWakeEveryWaiterForTest(on bool) (restore func()) {
 	old := wakeEveryWaiter.Swap(on)
 	return func() { wakeEveryWaiter.Store(old) }
 }
+
+// SetKeepAliveEveryForTest sets the period of watchers' tracking-connection
+// check (for watchers made afterwards), and returns the function that
+// restores it.
+func SetKeepAliveEveryForTest(d time.Duration) (restore func()) {
+	old := keepAliveEvery.Swap(int64(d))
+	return func() { keepAliveEvery.Store(old) }
+}

@@ -88,8 +88,13 @@ func (w *waiter) wake() {
 	}
 }
 
-// keepAlive is how often the tracking connection is checked while waiters exist.
+// keepAlive is how often the tracking connection is checked while waiters
+// exist, and how long a check may take.
 const keepAlive = time.Second
+
+// keepAliveEvery is the check's period: keepAlive, except in tests that need
+// the check out of the way.
+var keepAliveEvery atomic.Int64
 
 func newWatcher(c *Coordinator, node *redis.Client) *watcher {
 	w := &watcher{c: c, node: node, addr: node.Options().Addr, waiters: map[string]map[string][]*waiter{},
@@ -222,7 +227,7 @@ func (w *watcher) refuse(ctx context.Context, err error) {
 }
 
 func (w *watcher) keepAliveLoop(ctx context.Context) {
-	t := time.NewTicker(keepAlive)
+	t := time.NewTicker(time.Duration(keepAliveEvery.Load()))
 	defer t.Stop()
 	for {
 		select {
@@ -569,4 +574,7 @@ func (c *Coordinator) Close() error {
 // watcherIdle is how long a watcher nobody waits on keeps its connections.
 var watcherIdle atomic.Int64
 
-func init() { watcherIdle.Store(int64(30 * time.Second)) }
+func init() {
+	watcherIdle.Store(int64(30 * time.Second))
+	keepAliveEvery.Store(int64(keepAlive))
+}

@@ -44,8 +44,11 @@ func trackingConns(ctx context.Context, a *redis.Client) []string {
 // read: all of them must re-check. Here waiter A sleeps tracked on a lock whose
 // holder has 30s left; the tracking connection dies; waiter B's tracking read
 // is the first to find out. When A's holder releases, A must acquire promptly,
-// not at the holder's deadline.
+// not at the holder's deadline. The watcher's own keep-alive check (which also
+// wakes everyone when the connection is dead) is pushed out of the way, so only
+// B's failed read can wake A.
 func TestWaitingTrackingReadFailureWakesAll(t *testing.T) {
+	defer prim.SetKeepAliveEveryForTest(time.Minute)()
 	forEachBuild(t, func(t *testing.T, e *env) {
 		ctx := ctxT(t, time.Minute)
 		c, _ := e.client(t)
