@@ -20,17 +20,25 @@ import (
 // serverCalls is the server's total command count (INFO commandstats), minus the
 // INFO calls that read it.
 func serverCalls(ctx context.Context, a *redis.Client) int64 {
-	info := a.Info(ctx, "commandstats").Val()
-	var n int64
-	for _, line := range strings.Split(info, "\n") {
+	n, _ := commandCalls(ctx, a)
+	return n
+}
+
+// commandCalls reads INFO commandstats once: the server's total command count
+// without INFO, and its script count (EVALSHA and EVAL).
+func commandCalls(ctx context.Context, a *redis.Client) (calls, scripts int64) {
+	for _, line := range strings.Split(a.Info(ctx, "commandstats").Val(), "\n") {
 		if !strings.HasPrefix(line, "cmdstat_") || strings.HasPrefix(line, "cmdstat_info:") {
 			continue
 		}
 		_, rest, _ := strings.Cut(line, "calls=")
 		v, _ := strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
-		n += v
+		calls += v
+		if strings.HasPrefix(line, "cmdstat_evalsha:") || strings.HasPrefix(line, "cmdstat_eval:") {
+			scripts += v
+		}
 	}
-	return n
+	return calls, scripts
 }
 
 func forEachProtocol(t *testing.T, e *env, f func(t *testing.T, c redis.UniversalClient, cnt *counter)) {
