@@ -26,6 +26,9 @@ const (
 	// FRelease releases a lock, lease or permit; the ok value says what
 	// happened: "released" (or empty), "already_released" or "not_owned".
 	FRelease = "release"
+	// FVerify checks (owner-checked) that a lock or lease is still held: ok
+	// with value "true" (held) or "false" (not held).
+	FVerify = "verify"
 	// FWrite is a write to a fenced resource with the writer's token: ok when
 	// the resource accepted it, fail when it rejected the token.
 	FWrite = "write"

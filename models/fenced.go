@@ -54,11 +54,13 @@ func CheckFencedResource(h *history.History, o Options) Result {
 	}
 	slices.Sort(keys)
 	seqKeys := 0
+	ownerOf := writerOwners(h)
 	for _, key := range keys {
 		idx := byKey[key]
-		reusedTokens(h, key, idx, c)
+		reusedTokens(h, key, idx, c, ownerOf)
 		if allSeq(h, idx) {
 			seqKeys++
+			seqMatchesRealTime(h, key, idx, c)
 			fencedBySeq(h, key, idx, c)
 		} else {
 			fencedRealTime(h, key, idx, c)
@@ -75,29 +77,99 @@ func CheckFencedResource(h *history.History, o Options) Result {
 	return r
 }
 
+// writerOwners returns the owner a write acted for: its owner field, else
+// the owner of the latest ok token-granting acquisition of the same process
+// that returned before the write and granted the write's token ("" when
+// there is none).
+func writerOwners(h *history.History) func(op *history.Operation) string {
+	type grant struct {
+		ret   int64
+		token int64
+		owner string
+	}
+	byProc := map[int][]grant{}
+	for k := range h.Ops {
+		op := &h.Ops[k]
+		if isTokenAcquire(op.F) && op.Type == history.OK && op.Owner != "" && op.Token > 0 {
+			byProc[op.Process] = append(byProc[op.Process], grant{op.Return, op.Token, op.Owner})
+		}
+	}
+	for _, gs := range byProc {
+		slices.SortStableFunc(gs, func(a, b grant) int { return cmp.Compare(a.ret, b.ret) })
+	}
+	return func(op *history.Operation) string {
+		if op.Owner != "" {
+			return op.Owner
+		}
+		gs := byProc[op.Process]
+		n := sort.Search(len(gs), func(n int) bool { return gs[n].ret > op.T })
+		if n > 0 && gs[n-1].token == op.Token {
+			return gs[n-1].owner
+		}
+		return ""
+	}
+}
+
+// seqMatchesRealTime reports a resource whose seq order contradicts real
+// time: a write numbered after another although it completed before that
+// other was invoked. Such numbers cannot be an apply order.
+func seqMatchesRealTime(h *history.History, key string, idx []int, c *collector) {
+	var seq []int
+	for _, k := range idx {
+		if h.Ops[k].Type != history.Info {
+			seq = append(seq, k)
+		}
+	}
+	slices.SortStableFunc(seq, func(a, b int) int { return cmp.Compare(h.Ops[a].Seq, h.Ops[b].Seq) })
+	var latest *history.Operation // the latest-invoked write among smaller seqs
+	for _, k := range seq {
+		op := &h.Ops[k]
+		if latest != nil && latest.Seq < op.Seq && latest.T > op.Return {
+			if c.full(KindSeqOrder) {
+				c.skip(KindSeqOrder, op, latest)
+			} else {
+				c.fail(KindSeqOrder, key, fmt.Sprintf("the resource numbered a write seq %d, after a write seq %d that was invoked at %s, once it had completed at %s: its order contradicts real time",
+					op.Seq, latest.Seq, fmtT(latest.T), fmtT(op.Return)), op, latest)
+			}
+		}
+		if latest == nil || op.T > latest.T {
+			latest = op
+		}
+	}
+}
+
 // reusedTokens reports accepted writes that carry a token an earlier-accepted
 // write of another owner already carried. It does not depend on the apply
-// order: whichever of the two came second was stale.
-func reusedTokens(h *history.History, key string, idx []int, c *collector) {
-	first := map[int64]*history.Operation{}
+// order: whichever of the two came second was stale. A write without an
+// owner field acted for the owner ownerOf infers.
+func reusedTokens(h *history.History, key string, idx []int, c *collector, ownerOf func(*history.Operation) string) {
+	type write struct {
+		op    *history.Operation
+		owner string
+	}
+	first := map[int64]write{}
 	var oks []int
+	owners := map[int]string{}
 	for _, k := range idx {
-		if op := &h.Ops[k]; op.Type == history.OK && op.Owner != "" && op.Token > 0 {
-			oks = append(oks, k)
+		if op := &h.Ops[k]; op.Type == history.OK && op.Token > 0 {
+			if o := ownerOf(op); o != "" {
+				oks = append(oks, k)
+				owners[k] = o
+			}
 		}
 	}
 	slices.SortStableFunc(oks, func(a, b int) int { return cmp.Compare(h.Ops[a].Return, h.Ops[b].Return) })
 	for _, k := range oks {
-		op := &h.Ops[k]
+		op, owner := &h.Ops[k], owners[k]
 		prev, seen := first[op.Token]
 		switch {
 		case !seen:
-			first[op.Token] = op
-		case prev.Owner != op.Owner && c.full(KindTokenReused):
-			c.skip(KindTokenReused, prev, op)
-		case prev.Owner != op.Owner:
+			first[op.Token] = write{op, owner}
+		case prev.owner != owner && c.full(KindTokenReused):
+			c.skip(KindTokenReused, prev.op, op)
+		case prev.owner != owner:
 			c.fail(KindTokenReused, key, fmt.Sprintf("token %d reused by another owner: accepted from owner %s (ok at %s) and from owner %s (ok at %s); the counter regressed and the resource cannot tell the writers apart",
-				op.Token, prev.Owner, fmtT(prev.Return), op.Owner, fmtT(op.Return)), prev, op)
+				op.Token, prev.owner, fmtT(prev.op.Return), owner, fmtT(op.Return)), prev.op, op)
 		}
 	}
 }

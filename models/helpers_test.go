@@ -116,6 +116,8 @@ func acqWait(key string, token int64, ttlMs int64) history.Op {
 	return history.Op{F: history.FAcquireWait, Key: key, Token: token, TTLMs: ttlMs}
 }
 
+func owned(op history.Op, owner string) history.Op { op.Owner = owner; return op }
+
 func rel(key string) history.Op { return history.Op{F: history.FRelease, Key: key} }
 
 func write(key string, token int64) history.Op {

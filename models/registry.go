@@ -68,6 +68,14 @@ func Checkers() []Checker {
 			Check:   CheckExclusion,
 		},
 		{
+			Name: "lease-protocol",
+			Doc: "acquire, acquire_wait, renew, verify, release with owner: one lease state per lock; no grant or\n" +
+				"proof (ok renew, release \"released\", verify true) inside another owner's certain span, none after\n" +
+				"the lease certainly ended (released twice, renewed after expiry), no \"not held\" inside its own.",
+			Applies: hasF(history.FAcquire, history.FAcquireWait),
+			Check:   CheckLeaseProtocol,
+		},
+		{
 			Name:    "rw-exclusion",
 			Doc:     "acquire_read, acquire_write (+_wait): many readers or one writer over validity windows.",
 			Applies: hasF(history.FAcquireRead, history.FAcquireReadWait, history.FAcquireWrite, history.FAcquireWriteWait),

@@ -34,6 +34,19 @@ var mutants = map[string]struct{ good, bad func() *builder }{
 			return new(builder).ok(1, m(0), m(1), acq("k", 1, 100)).ok(2, m(10), m(11), rel("k")).ok(3, m(12), m(13), acq("k", 2, 100))
 		},
 	},
+	"lease-protocol": {
+		func() *builder {
+			return new(builder).ok(1, m(0), m(1), owned(acq("k", 1, 100), "A")).ok(1, m(10), m(11), owned(rel("k"), "A")).
+				ok(2, m(20), m(21), owned(acq("k", 2, 100), "B"))
+		},
+		// renew without owner check: the expired holder's renewal succeeds
+		// after another owner was granted (a zombie renewal)
+		func() *builder {
+			return new(builder).ok(1, m(0), m(1), owned(acq("k", 1, 100), "A")).
+				ok(2, m(150), m(151), owned(acq("k", 2, 1000), "B")).
+				ok(1, m(200), m(201), owned(history.Op{F: history.FRenew, Key: "k", TTLMs: 100}, "A"))
+		},
+	},
 	"rw-exclusion": {
 		func() *builder { return new(builder).ok(1, m(0), m(1), rd("k", 100)).ok(2, m(2), m(3), rd("k", 100)) },
 		func() *builder { return new(builder).ok(1, m(0), m(1), rd("k", 100)).ok(2, m(2), m(3), wr("k", 100)) },
@@ -124,11 +137,11 @@ func TestSelect(t *testing.T) {
 	for _, c := range Applicable(h) {
 		names = append(names, c.Name)
 	}
-	if got := strings.Join(names, ","); got != "fenced-resource,token-order,exclusion" {
+	if got := strings.Join(names, ","); got != "fenced-resource,token-order,exclusion,lease-protocol" {
 		t.Errorf("applicable: %s", got)
 	}
 	cs, err := Select(h, "")
-	if err != nil || len(cs) != 3 {
+	if err != nil || len(cs) != 4 {
 		t.Errorf("default selection: %d, %v", len(cs), err)
 	}
 	cs, err = Select(h, " latch , exclusion ")

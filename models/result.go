@@ -217,6 +217,10 @@ const (
 	KindLeak            = "leak"             // leaks: a key outlived every TTL
 	KindLatch           = "latch"            // latch: a wait or count-down answered wrongly
 	KindOverLimit       = "over-limit"       // rate limits: more granted in a span than the bound
+	KindOwnerConflict   = "owner-conflict"   // lease-protocol: an owner granted, renewed, released or verified while another certainly held the lock
+	KindAfterEnd        = "after-end"        // lease-protocol: an owner's lease answered as held after it certainly ended (released twice, renewed after expiry)
+	KindWronglyDenied   = "wrongly-denied"   // lease-protocol: "not held" answered inside the owner's own certain span
+	KindSeqOrder        = "seq-order"        // fenced-resource: the resource's seq order contradicts real time
 )
 
 // collector accumulates violations for a Result.

@@ -157,7 +157,7 @@ func TestJSON(t *testing.T) {
 	if rep.Exit != 1 || len(rep.Files) != 3 {
 		t.Fatalf("%+v", rep)
 	}
-	if f := rep.Files[0]; f.Records != 10 || len(f.Results) != 3 || f.Results[0].Verdict != "PASS" {
+	if f := rep.Files[0]; f.Records != 10 || len(f.Results) != 4 || f.Results[0].Verdict != "PASS" {
 		t.Errorf("good: %+v", f)
 	}
 	var sawOps bool

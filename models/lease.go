@@ -1,0 +1,337 @@
+package models
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/coordtorture/coordtorture/history"
+)
+
+// CheckLeaseProtocol checks the answers of an exclusive lease's operations
+// (acquire, acquire_wait, renew, verify, release) against one lease state per
+// lock (key, field) on the server: at any instant the lock is free or held by
+// one owner, an owner's lease is one contiguous span from its grant until its
+// release or expiry, and an owner token is granted once.
+//
+// From that model, for each owner:
+//
+//   - its certain span is the time the server certainly held its lease:
+//     from its grant's return (for an info acquisition, from the return of
+//     its first proof) to the later of the earliest moment it could have
+//     ended (the first release's invocation, or the earliest expiry: the
+//     latest certain extension + ttl − Drift) and the invocation of its last
+//     proof — an ok renew, an ok release that released, an ok verify
+//     "true" — since a lease proven held at two instants was held in
+//     between;
+//   - its proofs and grants must each have an instant no other owner's
+//     certain span covers (KindOwnerConflict): a renew, release or verify
+//     answered for an owner while another owner certainly held the lock is
+//     a zombie answer; so is a grant, and an info acquisition proven by a
+//     later renew or release, overlapping another holder;
+//   - a proof invoked after its lease certainly ended is KindAfterEnd: after
+//     an ok release that released it (a second "released"), or after the
+//     latest possible expiry (the latest possible extension + ttl + Drift);
+//     an info renewal counts as having extended the lease by its completion
+//     (the convention of the other checkers: an implementation fences an
+//     uncertain command before it reports it), one that never completed at
+//     any time;
+//   - a definite "not held" answer (release not_owned or already_released,
+//     verify "false", a renew that failed without an error) inside the
+//     owner's own certain span is KindWronglyDenied.
+//
+// Releases, renewals and verifications are matched to owners by their owner
+// field, else to the latest acquisition of the same (key, field, proc).
+// O(n log n).
+func CheckLeaseProtocol(h *history.History, o Options) Result {
+	start := time.Now()
+	o = o.withDefaults()
+	drift := int64(o.Drift)
+	c := newCollector(o)
+
+	// Owners, in acquisition order; ops attached to each.
+	type owner struct {
+		id      lockID
+		name    string // owner token, or "" when unknown
+		acq     int    // index of the acquisition
+		ops     []int  // renew, verify, release, in invocation order
+		sStart  int64  // certain span [sStart, sEnd); sEnd <= sStart: none
+		sEnd    int64
+		hasSpan bool
+	}
+	var owners []owner
+	byOwner := map[ownerKey]int{}
+	byProc := map[procKey]int{}
+	kids := map[lockID]int32{}
+	kidOf := func(op *history.Operation) int32 {
+		id := idOf(op)
+		k, ok := kids[id]
+		if !ok {
+			k = int32(len(kids))
+			kids[id] = k
+		}
+		return k
+	}
+	nOps := 0
+	for k := range h.Ops {
+		op := &h.Ops[k]
+		if m, _ := acquireMode(op.F); m == modeExclusive {
+			if op.Type == history.Fail {
+				continue
+			}
+			nOps++
+			kid := kidOf(op)
+			owners = append(owners, owner{id: idOf(op), name: op.Owner, acq: k})
+			n := len(owners) - 1
+			if op.Owner != "" {
+				byOwner[ownerKey{kid, op.Owner}] = n
+			}
+			if op.Type == history.OK {
+				byProc[procKey{kid, op.Process}] = n
+			} else if byProc[procKey{kid, op.Process}] >= 0 {
+				// Later ops of this process without an owner cannot be told
+				// apart from the unknown acquisition's: match none.
+				byProc[procKey{kid, op.Process}] = -1
+			}
+			continue
+		}
+		if op.F != history.FRelease && op.F != history.FRenew && op.F != history.FVerify {
+			continue
+		}
+		kid := kidOf(op)
+		j, ok := -1, false
+		if op.Owner != "" {
+			j, ok = byOwner[ownerKey{kid, op.Owner}]
+		} else {
+			j, ok = byProc[procKey{kid, op.Process}]
+		}
+		if !ok || j < 0 {
+			continue
+		}
+		nOps++
+		owners[j].ops = append(owners[j].ops, k)
+	}
+
+	proves := func(op *history.Operation) bool {
+		if op.Type != history.OK {
+			return false
+		}
+		switch op.F {
+		case history.FRenew:
+			return true
+		case history.FRelease:
+			return op.Value == "" || op.Value == history.ValueReleased
+		case history.FVerify:
+			return op.Value == history.ValueTrue
+		}
+		return false
+	}
+	denies := func(op *history.Operation) bool {
+		switch op.F {
+		case history.FRelease:
+			return op.Type == history.OK && (op.Value == history.ValueNotOwned || op.Value == history.ValueAlreadyReleased)
+		case history.FVerify:
+			return op.Type == history.OK && op.Value == history.ValueFalse
+		case history.FRenew:
+			return op.Type == history.Fail && op.Err == ""
+		}
+		return false
+	}
+	ownerName := func(ow *owner) string {
+		if ow.name != "" {
+			return "owner " + ow.name
+		}
+		return fmt.Sprintf("proc %d's lease", h.Ops[ow.acq].Process)
+	}
+
+	// Pass 1, per owner: certain spans and the after-end rule.
+	for n := range owners {
+		ow := &owners[n]
+		a := &h.Ops[ow.acq]
+		ttl := ms(a.TTLMs)
+		granted := a.Type == history.OK
+		// lowExp/highExp: earliest and latest possible server-side expiry.
+		lowExp, highExp := history.Never, history.Never
+		if ttl > 0 {
+			lowExp = addSat(a.T, ttl-drift)
+			if granted {
+				highExp = addSat(a.Return, ttl+drift)
+			}
+		}
+		releasedBy := history.Never // return of the ok release that released it
+		var releasedOp *history.Operation
+		firstRelInv := history.Never
+		var firstProof, lastProof *history.Operation
+		for _, k := range ow.ops {
+			op := &h.Ops[k]
+			if proves(op) {
+				ended := min(releasedBy, highExp)
+				if op.T > ended {
+					if c.full(KindAfterEnd) {
+						c.skip(KindAfterEnd, a, releasedOp, op)
+					} else if releasedBy <= highExp {
+						c.fail(KindAfterEnd, ow.id.String(), fmt.Sprintf("%s answered %s at %s after it was released at %s: released twice or a zombie answer",
+							op.F, answer(op), fmtT(op.T), fmtT(releasedBy)), a, releasedOp, op)
+					} else {
+						c.fail(KindAfterEnd, ow.id.String(), fmt.Sprintf("%s answered %s at %s for %s, whose lease had expired by %s at the latest (ttl %dms, drift %v)",
+							op.F, answer(op), fmtT(op.T), ownerName(ow), fmtT(highExp), a.TTLMs, o.Drift), a, op)
+					}
+				}
+				if firstProof == nil {
+					firstProof = op
+				}
+				lastProof = op
+			}
+			if op.F == history.FRelease && op.T < firstRelInv {
+				firstRelInv = op.T
+			}
+			if op.F == history.FRelease && proves(op) && op.Return < releasedBy {
+				releasedBy, releasedOp = op.Return, op
+			}
+			if op.F == history.FRenew {
+				rttl := ms(op.TTLMs)
+				if rttl <= 0 {
+					rttl = ttl
+				}
+				switch {
+				case rttl <= 0:
+				case op.Type == history.OK:
+					lowExp = max(lowExp, addSat(op.T, rttl-drift))
+					if highExp != history.Never {
+						highExp = max(highExp, addSat(op.Return, rttl+drift))
+					}
+					if !granted {
+						granted = true // proven: the latest expiry is now known
+						highExp = addSat(op.Return, rttl+drift)
+					}
+				case op.Type == history.Info && op.Done && highExp != history.Never:
+					highExp = max(highExp, addSat(op.Return, rttl+drift))
+				case op.Type == history.Info:
+					highExp = history.Never
+				}
+			}
+		}
+		if a.Type == history.OK {
+			ow.sStart = a.Return
+		} else if firstProof != nil {
+			ow.sStart = firstProof.Return
+		} else {
+			continue // an unknown acquisition never proven: no certain span
+		}
+		ow.sEnd = min(firstRelInv, lowExp)
+		if lastProof != nil && lastProof.T > ow.sEnd {
+			ow.sEnd = lastProof.T
+		}
+		ow.hasSpan = ow.sEnd > ow.sStart
+	}
+
+	// Pass 2, per lock: every grant and proof needs an instant outside the
+	// others' certain spans; every denial an instant outside its own.
+	byID := map[int32][]int{}
+	for n := range owners {
+		kid := kids[owners[n].id]
+		byID[kid] = append(byID[kid], n)
+	}
+	kidList := make([]int32, 0, len(byID))
+	for kid := range byID {
+		kidList = append(kidList, kid)
+	}
+	slices.Sort(kidList)
+	for _, kid := range kidList {
+		list := byID[kid]
+		// Spans sorted by start, with the two furthest ends (of different
+		// owners) among each prefix.
+		var spans []int
+		for _, n := range list {
+			if owners[n].hasSpan {
+				spans = append(spans, n)
+			}
+		}
+		slices.SortFunc(spans, func(x, y int) int { return cmp.Compare(owners[x].sStart, owners[y].sStart) })
+		type top2 struct{ a, b int } // owner indices, -1 if none; end(a) >= end(b)
+		tops := make([]top2, len(spans))
+		cur := top2{-1, -1}
+		for i, n := range spans {
+			e := owners[n].sEnd
+			switch {
+			case cur.a < 0 || e > owners[cur.a].sEnd:
+				cur = top2{n, cur.a}
+			case cur.b < 0 || e > owners[cur.b].sEnd:
+				cur.b = n
+			}
+			tops[i] = cur
+		}
+		// coveredBy returns another owner whose certain span covers every
+		// instant of [from, to], or -1.
+		coveredBy := func(self int, from, to int64) int {
+			i := sort.Search(len(spans), func(i int) bool { return owners[spans[i]].sStart > from }) - 1
+			if i < 0 {
+				return -1
+			}
+			t := tops[i]
+			cand := t.a
+			if cand == self {
+				cand = t.b
+			}
+			if cand >= 0 && owners[cand].sEnd > to {
+				return cand
+			}
+			return -1
+		}
+		for _, n := range list {
+			ow := &owners[n]
+			a := &h.Ops[ow.acq]
+			check := func(op *history.Operation, from, to int64, what string) {
+				if from > to {
+					return
+				}
+				other := coveredBy(n, from, to)
+				if other < 0 {
+					return
+				}
+				ot := &owners[other]
+				oa := &h.Ops[ot.acq]
+				if c.full(KindOwnerConflict) {
+					c.skip(KindOwnerConflict, oa, a, op)
+					return
+				}
+				c.fail(KindOwnerConflict, ow.id.String(), fmt.Sprintf("%s of %s in [%s, %s] while %s certainly held the lock [%s, %s)",
+					what, ownerName(ow), fmtT(from), fmtT(to), ownerName(ot), fmtT(ot.sStart), fmtT(ot.sEnd)), oa, a, op)
+			}
+			if a.Type == history.OK {
+				check(a, a.T, a.Return, "grant")
+			}
+			for _, k := range ow.ops {
+				op := &h.Ops[k]
+				switch {
+				case proves(op):
+					check(op, max(op.T, a.T), op.Return, fmt.Sprintf("%s answered %s", op.F, answer(op)))
+				case denies(op) && ow.hasSpan && ow.sStart <= op.T && op.Return < ow.sEnd:
+					if c.full(KindWronglyDenied) {
+						c.skip(KindWronglyDenied, a, op)
+						continue
+					}
+					c.fail(KindWronglyDenied, ow.id.String(), fmt.Sprintf("%s answered %s in [%s, %s], inside %s's own certain span [%s, %s)",
+						op.F, answer(op), fmtT(op.T), fmtT(op.Return), ownerName(ow), fmtT(ow.sStart), fmtT(ow.sEnd)), a, op)
+				}
+			}
+		}
+	}
+	r := c.result("lease-protocol", nOps, fmt.Sprintf("%d lease operations of %d owners on %d locks, consistent with one lease state per lock",
+		nOps, len(owners), len(kids)))
+	r.Elapsed = time.Since(start)
+	return r
+}
+
+// answer names an operation's result for messages.
+func answer(op *history.Operation) string {
+	switch {
+	case op.Type != history.OK:
+		return op.Type.String()
+	case op.Value != "":
+		return fmt.Sprintf("%q", op.Value)
+	}
+	return "ok"
+}
