@@ -51,6 +51,11 @@ const (
 	FAllow = "allow"
 	// FAllowWait waits for n permits from a rate limiter: ok when granted.
 	FAllowWait = "allow_wait"
+	// FNemesis is a fault the harness injected, recorded by its own process
+	// beside the clients' operations: key says what it does ("fault" starts
+	// a degraded state, "heal" ends them, "event" is one-shot), value names
+	// it and its targets; ok when it happened, info when it failed.
+	FNemesis = "nemesis"
 	// FLeakScan is the final state read from the server after the workload
 	// stopped and every TTL elapsed: ok with count (entries found) and value
 	// (their listing). Anything found is a leak.

@@ -111,6 +111,14 @@ func Checkers() []Checker {
 			Check:   CheckLiveness,
 		},
 		{
+			Name: "progress",
+			Doc: "acquire, acquire_wait, renew, verify, release, nemesis: in each healthy period (before the first\n" +
+				"fault, from --recover-bound after each heal) at least half of each kind is answered (ok, or fail\n" +
+				"without an error); a server refusal (MOVED, OOM...) or info is not an answer.",
+			Applies: hasProgressOps,
+			Check:   CheckProgress,
+		},
+		{
 			Name:    "leaks",
 			Doc:     "leak_scan: the final state read after every TTL elapsed lists nothing (count 0, no value).",
 			Applies: hasF(history.FLeakScan),

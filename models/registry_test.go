@@ -47,6 +47,12 @@ var mutants = map[string]struct{ good, bad func() *builder }{
 				ok(1, m(200), m(201), owned(history.Op{F: history.FRenew, Key: "k", TTLMs: 100}, "A"))
 		},
 	},
+	"progress": {
+		func() *builder { return cycles(new(builder), "", "") },
+		// a connection that never follows MOVED after a failover: refused for
+		// the rest of the run
+		func() *builder { return cycles(new(builder), "", "MOVED 12539 127.0.0.1:7002") },
+	},
 	"rw-exclusion": {
 		func() *builder { return new(builder).ok(1, m(0), m(1), rd("k", 100)).ok(2, m(2), m(3), rd("k", 100)) },
 		func() *builder { return new(builder).ok(1, m(0), m(1), rd("k", 100)).ok(2, m(2), m(3), wr("k", 100)) },
@@ -90,6 +96,47 @@ var mutants = map[string]struct{ good, bad func() *builder }{
 			return new(builder).ok(1, 0, m(1), acq("k", 1, 100)).ok(9, m(500), m(501), leakScan(1, "k:owners"))
 		},
 	},
+}
+
+// cycles is 30 try-acquisitions before a failover and 30 from 3s after it,
+// those before answered with errBefore, those after with errAfter ("": a
+// contended fail, an answer).
+func cycles(b *builder, errBefore, errAfter string) *builder {
+	for i := int64(0); i < 30; i++ {
+		b.add(1, m(10*i), m(10*i+1), history.Fail, history.Op{F: history.FAcquire, Key: "k", TTLMs: 100, Err: errBefore})
+	}
+	b.ok(9, m(400), m(500), history.Op{F: history.FNemesis, Key: NemesisEvent, Value: "CLUSTER FAILOVER"})
+	for i := int64(0); i < 30; i++ {
+		b.add(1, m(3000+10*i), m(3000+10*i+1), history.Fail, history.Op{F: history.FAcquire, Key: "k", TTLMs: 100, Err: errAfter})
+	}
+	return b
+}
+
+func TestProgressPeriods(t *testing.T) {
+	// Refusals while degraded (between a fault and its heal, and within the
+	// recovery bound) do not count.
+	b := cycles(new(builder), "", "")
+	b.ok(9, m(600), m(601), history.Op{F: history.FNemesis, Key: NemesisFault, Value: "partition"})
+	for i := int64(0); i < 30; i++ {
+		b.info(2, m(700+10*i), m(700+10*i+5), history.Op{F: history.FAcquire, Key: "k", TTLMs: 100})
+	}
+	b.ok(9, m(1000), m(1001), history.Op{F: history.FNemesis, Key: NemesisHeal, Value: "heal"})
+	expect(t, CheckProgress(b.build(t), Options{}), Pass)
+	// A fault never healed leaves nothing after it to judge; before it the
+	// answers count.
+	b = new(builder)
+	b.ok(9, m(0), m(1), history.Op{F: history.FNemesis, Key: NemesisFault, Value: "maxmemory"})
+	for i := int64(0); i < 30; i++ {
+		b.add(1, m(10+10*i), m(10+10*i+1), history.Fail, history.Op{F: history.FAcquire, Key: "k", Err: "OOM command not allowed"})
+	}
+	expect(t, CheckProgress(b.build(t), Options{}), Unknown)
+	// Refusals in the run's healthy tail fail it.
+	b = cycles(new(builder), "OOM command not allowed", "")
+	r := CheckProgress(b.build(t), Options{})
+	expect(t, r, Fail)
+	if r.Kinds[KindNoProgress] != 1 || !strings.Contains(r.Summary, "0 of 30 acquire") {
+		t.Errorf("%v %s", r.Kinds, r.Summary)
+	}
 }
 
 func TestEveryCheckerPassesAndFails(t *testing.T) {
@@ -137,7 +184,7 @@ func TestSelect(t *testing.T) {
 	for _, c := range Applicable(h) {
 		names = append(names, c.Name)
 	}
-	if got := strings.Join(names, ","); got != "fenced-resource,token-order,exclusion,lease-protocol" {
+	if got := strings.Join(names, ","); got != "fenced-resource,token-order,exclusion,lease-protocol" { // too few for progress
 		t.Errorf("applicable: %s", got)
 	}
 	cs, err := Select(h, "")

@@ -176,6 +176,12 @@ type Options struct {
 	// for increments consumed by info acquisitions. Off by default (tokens
 	// only have to increase; gaps are allowed).
 	DenseTokens bool
+	// RecoverBound is how long after a heal the system may take to answer
+	// again before the progress checker judges it. Default 2s.
+	RecoverBound time.Duration
+	// MinProgress is the share of operations of each kind that must be
+	// answered in a healthy period. Default 0.5.
+	MinProgress float64
 	// MaxEvidence is how many violations each Result details. Default 10.
 	MaxEvidence int
 	// VisualizeLimit is the largest number of operations of a porcupine
@@ -189,6 +195,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.WakeBound <= 0 {
 		o.WakeBound = time.Second
+	}
+	if o.RecoverBound <= 0 {
+		o.RecoverBound = 2 * time.Second
+	}
+	if o.MinProgress <= 0 {
+		o.MinProgress = 0.5
 	}
 	if o.MaxEvidence <= 0 {
 		o.MaxEvidence = 10
@@ -220,6 +232,7 @@ const (
 	KindOwnerConflict   = "owner-conflict"   // lease-protocol: an owner granted, renewed, released or verified while another certainly held the lock
 	KindAfterEnd        = "after-end"        // lease-protocol: an owner's lease answered as held after it certainly ended (released twice, renewed after expiry)
 	KindWronglyDenied   = "wrongly-denied"   // lease-protocol: "not held" answered inside the owner's own certain span
+	KindNoProgress      = "no-progress"      // progress: a kind of operation mostly unanswered in a healthy period
 	KindSeqOrder        = "seq-order"        // fenced-resource: the resource's seq order contradicts real time
 )
 
