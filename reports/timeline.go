@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/coordtorture/coordtorture/history"
+	"github.com/coordtorture/coordtorture/models"
 	"github.com/coordtorture/coordtorture/scenarios"
 )
 
@@ -157,8 +158,16 @@ func buildTimeline(id string, o *scenarios.Outcome, h *history.History, budget i
 
 	// Lanes: one per process, in order.
 	procSet := map[int]bool{}
+	nemesis := map[int]bool{} // the harness's own process: drawn as fault windows, not a lane
 	for i := range h.Records {
-		procSet[h.Records[i].Process] = true
+		if h.Records[i].F == history.FNemesis {
+			nemesis[h.Records[i].Process] = true
+		}
+	}
+	for i := range h.Records {
+		if !nemesis[h.Records[i].Process] {
+			procSet[h.Records[i].Process] = true
+		}
 	}
 	procs := make([]int, 0, len(procSet))
 	for p := range procSet {
@@ -590,6 +599,26 @@ func faultEvents(evs []scenarios.EventLog) ([]*fault, int) {
 	for i, ev := range sorted {
 		f := &fault{id: fmt.Sprintf("F%d", i+1), name: ev.Name, lower: strings.ToLower(strings.TrimSpace(ev.Name)), at: int64(ev.At), err: ev.Err}
 		out = append(out, f)
+		// Events recorded with their kind say what they do; older reports
+		// only have names, and the rules below guess from them.
+		switch ev.Kind {
+		case models.NemesisFault:
+			open = append(open, f)
+			continue
+		case models.NemesisHeal:
+			var ended []string
+			for _, g := range append([]*fault(nil), open...) {
+				end(g, f)
+				ended = append(ended, g.id)
+			}
+			f.closes = strings.Join(ended, ", ")
+			continue
+		case models.NemesisEvent:
+			if ev.End > ev.At {
+				f.closed, f.end, f.closedBy, f.closedName = true, int64(ev.End), f.id, "its completion"
+			}
+			continue
+		}
 		if f.lower == "heal" || f.lower == "heal all" || f.lower == "heal everything" || f.lower == "heal all links" {
 			var ended []string
 			for _, g := range append([]*fault(nil), open...) {

@@ -40,8 +40,8 @@ func leaseSlotKey(e *Env) string { return e.Key(leaseHash) }
 func init() {
 	drift := models.Options{Drift: 20 * time.Millisecond}
 	shortStall := func(ttl time.Duration) time.Duration { return ttl / 10 }
-	failoverNote := " The replica takes over after catching up, but replication is asynchronous: token order, " +
-		"exclusion and the resource (a token reused by a second owner) may show the hazard."
+	failoverNote := " CLUSTER FAILOVER is coordinated: the primary stops taking writes, the replica catches up, then " +
+		"takes over, so no acknowledged write is lost and everything must hold."
 
 	Register(&Scenario{
 		Name:    "fenced-lock/baseline-cluster",
@@ -54,7 +54,7 @@ func init() {
 		Summary: "the lock's slot fails over to its replica (CLUSTER FAILOVER) mid-run." + failoverNote,
 		Topo:    clusterTopo, Workload: lockWorkload(0.1, shortStall),
 		Nemesis:    clusterFailover(lockSlotKey),
-		Properties: props("token-order", "exclusion", "fenced-resource"), Check: drift, Impls: AllImpls(),
+		Properties: props(), Check: drift, Impls: AllImpls(),
 	})
 
 	Register(&Scenario{
@@ -69,7 +69,7 @@ func init() {
 		Summary: "waiters sleep on invalidations from the slot's owner while the slot fails over to its replica; " +
 			"they must re-subscribe on the new owner. Liveness must hold." + failoverNote,
 		Topo: clusterTopo, Workload: waitingWorkload, Nemesis: clusterFailover(lockSlotKey),
-		Properties: waitingFailoverProps, Check: waitingFailoverCheck,
+		Properties: waitingProps, Check: waitingFailoverCheck,
 		Impls: []string{"prim"},
 	})
 
@@ -77,13 +77,13 @@ func init() {
 		Name:    "hash-lease/baseline-cluster",
 		Summary: "hash-lease/baseline on a 3-primary cluster. Exclusion per field must hold.",
 		Topo:    clusterTopo, Workload: leaseWorkload,
-		Properties: []Property{{Checker: "exclusion"}}, Check: drift, Impls: []string{"prim"},
+		Properties: []Property{{Checker: "exclusion"}, {Checker: "lease-protocol"}}, Check: drift, Impls: []string{"prim"},
 	})
 	Register(&Scenario{
 		Name: "hash-lease/failover-cluster",
-		Summary: "the hash's slot fails over to its replica (CLUSTER FAILOVER) mid-run. Exclusion per field may show " +
-			"the asynchronous-replication hazard.",
+		Summary: "the hash's slot fails over to its replica (CLUSTER FAILOVER) mid-run; acquisitions must follow the slot " +
+			"to its new owner (progress)." + failoverNote,
 		Topo: clusterTopo, Workload: leaseWorkload, Nemesis: clusterFailover(leaseSlotKey),
-		Properties: []Property{{Checker: "exclusion", Expect: MayHazard}}, Check: drift, Impls: []string{"prim"},
+		Properties: []Property{{Checker: "exclusion"}, {Checker: "lease-protocol"}}, Check: drift, Impls: []string{"prim"},
 	})
 }

@@ -32,6 +32,7 @@ func lockWorkload(stall float64, stallFor func(ttl time.Duration) time.Duration)
 			uncertainBackoff := time.Duration(5+r.IntN(20)) * time.Millisecond
 			stalls := r.Float64() < stall
 			pause := time.Duration(r.IntN(3)) * time.Millisecond
+			renews := r.Float64() < 0.3
 			if _, err := rec.Invoke(proc, history.Op{F: history.FAcquire, Key: lockKey, TTLMs: env.TTL.Milliseconds()}); err != nil {
 				return
 			}
@@ -44,7 +45,7 @@ func lockWorkload(stall float64, stallFor func(ttl time.Duration) time.Duration)
 				sleep(ctx, backoff)
 				continue
 			default:
-				rec.Info(proc, history.Op{Err: err.Error()})
+				env.failed(proc, err)
 				sleep(ctx, uncertainBackoff)
 				continue
 			}
@@ -59,6 +60,9 @@ func lockWorkload(stall float64, stallFor func(ttl time.Duration) time.Duration)
 				sleep(ctx, stallFor(env.TTL)) // the process stops between check and write
 			}
 			env.write(proc, tok, held.Owner())
+			if rn, ok := held.(Renewer); ok && renews {
+				env.renewVerify(ctx, proc, rn, history.Op{Key: lockKey, Owner: held.Owner(), Token: held.Token()})
+			}
 			env.release(ctx, proc, history.Op{Key: lockKey, Owner: held.Owner(), Token: held.Token()}, held.Release)
 			sleep(ctx, pause)
 		}
@@ -77,14 +81,15 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-var lockChecks = []string{"fenced-resource", "token-order", "exclusion"}
+var lockChecks = []string{"fenced-resource", "token-order", "exclusion", "lease-protocol"}
 
 func props(hazards ...string) []Property {
 	var out []Property
 	for _, c := range lockChecks {
 		p := Property{Checker: c}
 		for _, h := range hazards {
-			if h == c {
+			// Two owners at once is the exclusion hazard, whichever checker sees it.
+			if h == c || h == "exclusion" && c == "lease-protocol" {
 				p.Expect = MayHazard
 			}
 		}
@@ -98,8 +103,8 @@ func every(r *rand.Rand, d, gap, hold time.Duration, name string, f, undo func(c
 	var evs []Event
 	for at := gap/2 + time.Duration(r.Int64N(int64(gap/2))); at+hold < d; at += gap + time.Duration(r.Int64N(int64(gap/2))) {
 		evs = append(evs,
-			Event{At: at, Name: name, Do: func(ctx context.Context, e *Env) error { return f(ctx, e, r) }},
-			Event{At: at + hold, Name: "heal " + name, Do: func(ctx context.Context, e *Env) error { return undo(ctx, e, r) }})
+			Event{At: at, Name: name, Kind: models.NemesisFault, Do: func(ctx context.Context, e *Env) error { return f(ctx, e, r) }},
+			Event{At: at + hold, Name: "heal " + name, Kind: models.NemesisHeal, Do: func(ctx context.Context, e *Env) error { return undo(ctx, e, r) }})
 	}
 	return evs
 }
@@ -236,12 +241,12 @@ func init() {
 		Nemesis: func(r *rand.Rand, d time.Duration) []Event {
 			at := d / 3
 			return []Event{
-				{At: at, Name: "cut replication n2↔n1", Do: func(_ context.Context, e *Env) error { return e.Topo.Partition("n2", "n1") }},
+				{At: at, Name: "cut replication n2↔n1", Kind: models.NemesisFault, Do: func(_ context.Context, e *Env) error { return e.Topo.Partition("n2", "n1") }},
 				// Half a second of increments the replica lacks: enough for a clear
 				// regression, little enough that the counter climbs back past its
 				// old maximum within a short run, so a token is reused.
 				sentinelFailoverAt(at+500*time.Millisecond, "SENTINEL FAILOVER (forced, replica behind)"),
-				{At: at + time.Second, Name: "heal", Do: func(_ context.Context, e *Env) error { return e.Topo.HealAll() }},
+				{At: at + time.Second, Name: "heal", Kind: models.NemesisHeal, Do: func(_ context.Context, e *Env) error { return e.Topo.HealAll() }},
 			}
 		},
 		Properties: props("token-order", "exclusion", "fenced-resource"),
@@ -300,7 +305,7 @@ func init() {
 		Topo: Topology{Kind: testbed.KindStandalone}, Workload: lockWorkload(0.1, shortStall),
 		Nemesis: func(r *rand.Rand, d time.Duration) []Event {
 			return []Event{
-				{At: d / 4, Name: "maxmemory 4mb, allkeys-lru", Do: func(ctx context.Context, e *Env) error {
+				{At: d / 4, Name: "maxmemory 4mb, allkeys-lru", Kind: models.NemesisFault, Do: func(ctx context.Context, e *Env) error {
 					return e.Topo.EvictionPressure(ctx, "n1", "4mb", "allkeys-lru")
 				}},
 				{At: d / 3, Name: "fill memory", Do: func(ctx context.Context, e *Env) error {

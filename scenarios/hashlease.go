@@ -78,7 +78,7 @@ func leaseWorkloadWith(plan leasePlan) func(ctx context.Context, env *Env, proc 
 				rec.Fail(proc, history.Op{Err: err.Error()}) // the wait ended before the script was sent
 				continue
 			default:
-				rec.Info(proc, history.Op{Err: err.Error()})
+				env.failed(proc, err)
 				sleep(ctx, 10*time.Millisecond)
 				continue
 			}
@@ -87,7 +87,7 @@ func leaseWorkloadWith(plan leasePlan) func(ctx context.Context, env *Env, proc 
 			ok, err := l.Renew(ctx, env.TTL)
 			switch {
 			case err != nil:
-				rec.Info(proc, history.Op{Err: err.Error()})
+				env.failed(proc, err)
 			case ok:
 				rec.OK(proc, history.Op{})
 			default:
@@ -139,7 +139,7 @@ func refusedUntouched(ctx context.Context, env *Env, h *history.History) models.
 }
 
 func init() {
-	props := []Property{{Checker: "exclusion"}}
+	props := []Property{{Checker: "exclusion"}, {Checker: "lease-protocol"}}
 	drift := models.Options{Drift: 20 * time.Millisecond}
 	standalone := Topology{Kind: testbed.KindStandalone}
 	Register(&Scenario{
@@ -175,7 +175,7 @@ func init() {
 				return time.Duration(r.IntN(3)) * time.Millisecond
 			},
 		}),
-		Properties: []Property{{Checker: "exclusion"}, {Checker: "liveness"}},
+		Properties: []Property{{Checker: "exclusion"}, {Checker: "lease-protocol"}, {Checker: "liveness"}},
 		Check:      models.Options{Drift: 20 * time.Millisecond, WakeBound: 500 * time.Millisecond},
 		Impls:      []string{"prim"},
 	})
@@ -187,6 +187,7 @@ func init() {
 		Workload:   leaseWorkload,
 		Properties: []Property{{Checker: "refused-untouched"}},
 		Verify:     map[string]Verify{"refused-untouched": refusedUntouched},
+		NoProgress: true,
 		Impls:      []string{"prim"},
 	})
 }

@@ -38,6 +38,16 @@ type Held interface {
 	Release(ctx context.Context) (string, error)
 }
 
+// Renewer is a Held lock that can also be renewed and verified
+// (owner-checked); the lock workloads exercise both when it is.
+type Renewer interface {
+	// Renew extends the lease to ttl: true when renewed, false when the
+	// lease is no longer this holder's.
+	Renew(ctx context.Context, ttl time.Duration) (bool, error)
+	// Verify reports whether the lease is still this holder's.
+	Verify(ctx context.Context) (bool, error)
+}
+
 // ErrContended is an acquisition that definitely did not happen.
 var ErrContended = errors.New("contended")
 
@@ -126,6 +136,19 @@ type primHeld struct{ l *prim.FencedLock }
 func (h primHeld) Token() int64                                { return h.l.FencingToken() }
 func (h primHeld) Owner() string                               { return h.l.OwnerToken() }
 func (h primHeld) Release(ctx context.Context) (string, error) { return primRelease(ctx, h.l.Release) }
+func (h primHeld) Renew(ctx context.Context, ttl time.Duration) (bool, error) {
+	return h.l.Renew(ctx, ttl)
+}
+func (h primHeld) Verify(ctx context.Context) (bool, error) { return h.l.VerifyStillHeld(ctx) }
+
+// PrimLock returns the prim lock behind a Held of the prim implementation
+// (for mutants that break one of its operations), or nil.
+func PrimLock(h Held) *prim.FencedLock {
+	if p, ok := h.(primHeld); ok {
+		return p.l
+	}
+	return nil
+}
 
 // primRelease runs a prim release and names its result as histories do.
 func primRelease(ctx context.Context, release func(context.Context) (prim.ReleaseResult, error)) (string, error) {

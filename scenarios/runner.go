@@ -1,6 +1,7 @@
 package scenarios
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -88,10 +89,16 @@ type External struct {
 	TLS        bool
 }
 
-// Supports reports whether s runs on the named implementation (a registered
-// mutant runs wherever its correct counterpart does).
+// Supports reports whether s runs on the named implementation. A registered
+// mutant runs only where the workload drives the implementation under test
+// (Env.Impl): the scenarios that also run the peer libraries, which only that
+// interface can drive. A workload that calls prim directly would test prim
+// and pass the mutant.
 func (s *Scenario) Supports(impl string) bool {
-	if _, mutant := extraImpls[impl]; mutant || len(s.Impls) == 0 {
+	if _, mutant := extraImpls[impl]; mutant {
+		return slices.ContainsFunc(Peers, func(p string) bool { return slices.Contains(s.Impls, p) })
+	}
+	if len(s.Impls) == 0 {
 		return true
 	}
 	for _, i := range s.Impls {
@@ -147,10 +154,12 @@ type PropertyResult struct {
 	Result   models.Result `json:"result"`
 }
 
-// EventLog is a nemesis event as it ran.
+// EventLog is a nemesis event as it ran: from At to End.
 type EventLog struct {
 	At   time.Duration `json:"at_ns"`
+	End  time.Duration `json:"end_ns"`
 	Name string        `json:"name"`
+	Kind string        `json:"kind"`
 	Err  string        `json:"err,omitempty"`
 }
 
@@ -185,6 +194,9 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	}
 	supported := s.Supports(impl.Name())
 	if !supported {
+		if _, mutant := extraImpls[impl.Name()]; mutant {
+			return nil, fmt.Errorf("scenarios: %s calls prim directly, so it cannot run the mutant %s (mutants run on the scenarios that also run the peers, such as fenced-lock/*)", s.Name, impl.Name())
+		}
 		return nil, fmt.Errorf("scenarios: %s does not run on %s (supports %v)", s.Name, impl.Name(), s.Impls)
 	}
 	if err := s.Runnable(cfg.External != nil); err != nil {
@@ -236,7 +248,11 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	events := []Event(nil)
 	if s.Nemesis != nil {
 		events = s.Nemesis(mrand.New(mrand.NewPCG(uint64(cfg.Seed), 0)), cfg.Duration)
+		// Schedules built from several parts run in time order.
+		slices.SortStableFunc(events, func(a, b Event) int { return cmp.Compare(a.At, b.At) })
 	}
+	// The nemesis records its events in the history as one more process.
+	nemesisProc := cfg.Clients
 
 	start := time.Now()
 	env.Rec = history.NewRecorder(start)
@@ -260,8 +276,13 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 				return
 			case <-t.C:
 			}
-			at := time.Since(start)
-			el := EventLog{At: at, Name: ev.Name}
+			kind := ev.Kind
+			if kind == "" {
+				kind = models.NemesisEvent
+			}
+			inv, _ := env.Rec.Invoke(nemesisProc, history.Op{F: history.FNemesis, Key: kind, Value: ev.Name})
+			at := time.Duration(inv.T)
+			el := EventLog{At: at, Name: ev.Name, Kind: kind}
 			env.note = nil
 			err := ev.Do(wctx, env)
 			if len(env.note) > 0 {
@@ -270,6 +291,11 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 			if err != nil {
 				el.Err = err.Error()
 				cfg.Logf("nemesis %s at %v: %v", ev.Name, at.Round(time.Millisecond), err)
+				done, _ := env.Rec.Info(nemesisProc, history.Op{Value: el.Name, Err: firstLine(el.Err)})
+				el.End = time.Duration(done.T)
+			} else {
+				done, _ := env.Rec.OK(nemesisProc, history.Op{Value: el.Name})
+				el.End = time.Duration(done.T)
 			}
 			logMu.Lock()
 			log = append(log, el)

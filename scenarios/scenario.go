@@ -12,6 +12,7 @@ package scenarios
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/coordtorture/coordtorture/history"
 	"github.com/coordtorture/coordtorture/models"
+	"github.com/coordtorture/coordtorture/prim"
 	"github.com/coordtorture/coordtorture/testbed"
 )
 
@@ -68,6 +70,7 @@ var HazardKinds = map[string][]string{
 	"fenced-resource": {models.KindTokenReused},
 	"token-order":     {models.KindTokenDuplicate, models.KindTokenRegressed, models.KindNotLinearizable},
 	"exclusion":       {models.KindOverlap, models.KindOverCapacity},
+	"lease-protocol":  {models.KindOwnerConflict, models.KindWronglyDenied}, // a lost lease: denied to its holder, granted to another
 }
 
 // hazards is the set of kinds p counts as the hazard.
@@ -111,6 +114,11 @@ func (t Topology) String() string {
 type Event struct {
 	At   time.Duration
 	Name string
+	// Kind is what the event does to the system: models.NemesisFault
+	// (starts a degraded state), models.NemesisHeal (ends them) or
+	// models.NemesisEvent (one-shot, the default). The progress checker
+	// judges the periods it leaves healthy.
+	Kind string
 	Do   func(ctx context.Context, env *Env) error
 }
 
@@ -129,6 +137,9 @@ type Scenario struct {
 	Check models.Options
 	// Impls lists the implementations the scenario supports ("prim" first).
 	Impls []string
+	// NoProgress leaves out the progress checker, which Register adds to
+	// every scenario: for one whose every operation is meant to be refused.
+	NoProgress bool
 	// Verify holds the scenario's own checks, by property name, for what a
 	// history cannot show (the server's state after the run); the other
 	// properties name checkers of package models.
@@ -186,6 +197,9 @@ func Register(s *Scenario) {
 			panic("scenarios: " + s.Name + ": a stale write accepted is never a hazard")
 		}
 	}
+	if !s.NoProgress && !slices.ContainsFunc(s.Properties, func(p Property) bool { return p.Checker == "progress" }) {
+		s.Properties = append(slices.Clip(s.Properties), Property{Checker: "progress"})
+	}
 	registry[s.Name] = s
 }
 
@@ -240,6 +254,37 @@ func (e *Env) write(proc int, token int64, owner string) {
 	}
 }
 
+// renewVerify records an owner-checked renewal of a held lock, then a
+// verification (op carries key, owner, token).
+func (e *Env) renewVerify(ctx context.Context, proc int, rn Renewer, op history.Op) {
+	op.F, op.TTLMs = history.FRenew, e.TTL.Milliseconds()
+	if _, err := e.Rec.Invoke(proc, op); err != nil {
+		return
+	}
+	ok, err := rn.Renew(ctx, e.TTL)
+	switch {
+	case err != nil:
+		e.failed(proc, err)
+	case ok:
+		e.Rec.OK(proc, history.Op{})
+	default:
+		e.Rec.Fail(proc, history.Op{}) // not the owner any more: a definite answer
+	}
+	op.F, op.TTLMs = history.FVerify, 0
+	if _, err := e.Rec.Invoke(proc, op); err != nil {
+		return
+	}
+	held, err := rn.Verify(ctx)
+	switch {
+	case err != nil:
+		e.failed(proc, err)
+	case held:
+		e.Rec.OK(proc, history.Op{Value: history.ValueTrue})
+	default:
+		e.Rec.OK(proc, history.Op{Value: history.ValueFalse})
+	}
+}
+
 // release records a release (op carries key, field, owner, token) that
 // release performs within a second, whatever ctx, and reports whether it
 // completed.
@@ -250,9 +295,42 @@ func (e *Env) release(ctx context.Context, proc int, op history.Op, release func
 	e.Rec.Invoke(proc, op)
 	v, err := release(rctx)
 	if err != nil {
-		e.Rec.Info(proc, history.Op{Err: err.Error()})
+		e.failed(proc, err)
 		return false
 	}
 	e.Rec.OK(proc, history.Op{Value: v})
 	return true
+}
+
+// notExecutedPrefixes are the server error replies that mean the command did
+// not run: the cluster sent it elsewhere (MOVED, ASK), the node refused it
+// (READONLY, OOM, NOPERM, NOSCRIPT, CLUSTERDOWN, TRYAGAIN, MASTERDOWN,
+// LOADING, BUSY, NOAUTH, WRONGTYPE).
+var notExecutedPrefixes = []string{"MOVED ", "ASK ", "READONLY ", "OOM ", "NOPERM ", "NOSCRIPT ", "CLUSTERDOWN ",
+	"TRYAGAIN ", "MASTERDOWN ", "LOADING ", "BUSY ", "NOAUTH ", "WRONGTYPE "}
+
+// NotExecuted reports whether err is a definite "the command did not run": a
+// server error reply of that kind, from an implementation that did not mark
+// the outcome uncertain (an uncertain outcome may hide an earlier attempt
+// that ran, such as a retry after a lost reply).
+func NotExecuted(err error) bool {
+	if err == nil || errors.Is(err, ErrUncertain) || errors.Is(err, prim.ErrUncertain) {
+		return false
+	}
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
+	return slices.ContainsFunc(notExecutedPrefixes, func(p string) bool { return strings.HasPrefix(msg, p) })
+}
+
+// failed completes proc's operation that ended with err: fail when err says
+// the command did not run (NotExecuted), else info (its outcome is unknown).
+func (e *Env) failed(proc int, err error) {
+	if NotExecuted(err) {
+		e.Rec.Fail(proc, history.Op{Err: err.Error()})
+		return
+	}
+	e.Rec.Info(proc, history.Op{Err: err.Error()})
 }

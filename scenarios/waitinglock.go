@@ -68,7 +68,7 @@ func waitingWorkload(ctx context.Context, env *Env, proc int) {
 			rec.Fail(proc, history.Op{Err: err.Error()})
 			continue
 		default:
-			rec.Info(proc, history.Op{Err: err.Error()})
+			env.failed(proc, err)
 			sleep(ctx, 10*time.Millisecond)
 			continue
 		}
@@ -101,9 +101,10 @@ func killWatchers(ctx context.Context, e *Env) error {
 // failover liveness must hold and the rest may show the asynchronous-failover
 // hazard (waiters may have to wait out lost notifications).
 var (
-	waitingProps         = []Property{{Checker: "fenced-resource"}, {Checker: "token-order"}, {Checker: "exclusion"}, {Checker: "liveness"}}
+	waitingProps = []Property{{Checker: "fenced-resource"}, {Checker: "token-order"}, {Checker: "exclusion"},
+		{Checker: "lease-protocol"}, {Checker: "liveness"}}
 	waitingFailoverProps = []Property{{Checker: "fenced-resource", Expect: MayHazard}, {Checker: "token-order", Expect: MayHazard},
-		{Checker: "exclusion", Expect: MayHazard}, {Checker: "liveness"}}
+		{Checker: "exclusion", Expect: MayHazard}, {Checker: "lease-protocol", Expect: MayHazard}, {Checker: "liveness"}}
 	waitingCheck         = models.Options{Drift: 20 * time.Millisecond, WakeBound: 500 * time.Millisecond}
 	waitingFailoverCheck = models.Options{Drift: 20 * time.Millisecond, WakeBound: 2 * time.Second, LostNotifications: true}
 )

@@ -20,6 +20,143 @@ import (
 func init() {
 	scenarios.RegisterImpl(ReleaseWithoutOwnerCheck{})
 	scenarios.RegisterImpl(ResourceIgnoresTokens{})
+	scenarios.RegisterImpl(ReleaseClaimsReleased{})
+	scenarios.RegisterImpl(RenewWithoutOwnerCheck{})
+	scenarios.RegisterImpl(TokenNotIncrementedAfterExpiry{})
+}
+
+// primAcquire is prim's own fenced lock, for the mutants that break one
+// operation of it.
+func primAcquire(ctx context.Context, c redis.UniversalClient, key string, ttl time.Duration) (scenarios.Held, error) {
+	p, _ := scenarios.NewImpl("prim")
+	return p.TryAcquire(ctx, c, key, ttl)
+}
+
+// ReleaseClaimsReleased is prim's lock whose release always answers
+// "released", whatever the server found: a holder whose lease expired, or
+// was taken over, is told it released it.
+type ReleaseClaimsReleased struct{}
+
+// Name implements scenarios.LockImpl.
+func (ReleaseClaimsReleased) Name() string { return "mutant-release-claims-released" }
+
+// Fenced implements scenarios.LockImpl.
+func (ReleaseClaimsReleased) Fenced() bool { return true }
+
+// TryAcquire implements scenarios.LockImpl.
+func (ReleaseClaimsReleased) TryAcquire(ctx context.Context, c redis.UniversalClient, key string, ttl time.Duration) (scenarios.Held, error) {
+	h, err := primAcquire(ctx, c, key, ttl)
+	if err != nil {
+		return nil, err
+	}
+	return claimsReleased{h}, nil
+}
+
+type claimsReleased struct{ scenarios.Held }
+
+func (h claimsReleased) Release(ctx context.Context) (string, error) {
+	if _, err := h.Held.Release(ctx); err != nil {
+		return "", err
+	}
+	return history.ValueReleased, nil // the bug: whatever the server answered
+}
+
+// RenewWithoutOwnerCheck is prim's lock whose renewal extends the lease key
+// whoever holds it (PEXPIRE): a holder that outlived its lease extends, and
+// believes it still holds, its successor's.
+type RenewWithoutOwnerCheck struct{}
+
+// Name implements scenarios.LockImpl.
+func (RenewWithoutOwnerCheck) Name() string { return "mutant-renew-without-owner-check" }
+
+// Fenced implements scenarios.LockImpl.
+func (RenewWithoutOwnerCheck) Fenced() bool { return true }
+
+// TryAcquire implements scenarios.LockImpl.
+func (RenewWithoutOwnerCheck) TryAcquire(ctx context.Context, c redis.UniversalClient, key string, ttl time.Duration) (scenarios.Held, error) {
+	h, err := primAcquire(ctx, c, key, ttl)
+	if err != nil {
+		return nil, err
+	}
+	return &blindRenew{Held: h, c: c, lease: scenarios.PrimLock(h).LeaseKey()}, nil
+}
+
+type blindRenew struct {
+	scenarios.Held
+	c     redis.UniversalClient
+	lease string
+}
+
+func (h *blindRenew) Renew(ctx context.Context, ttl time.Duration) (bool, error) {
+	return h.c.PExpire(ctx, h.lease, ttl).Result() // the bug: no owner check
+}
+
+func (h *blindRenew) Verify(ctx context.Context) (bool, error) {
+	return h.Held.(scenarios.Renewer).Verify(ctx)
+}
+
+// TokenNotIncrementedAfterExpiry is a fenced lock whose counter advances only
+// when the previous holder released: after a lease expired, the next owner
+// gets the expired holder's token again.
+type TokenNotIncrementedAfterExpiry struct{}
+
+// Name implements scenarios.LockImpl.
+func (TokenNotIncrementedAfterExpiry) Name() string {
+	return "mutant-token-not-incremented-after-expiry"
+}
+
+// Fenced implements scenarios.LockImpl.
+func (TokenNotIncrementedAfterExpiry) Fenced() bool { return true }
+
+// The counter key holds the last token; KEYS[3] marks a release since.
+var lazyAcquire = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local tok
+if redis.call('EXISTS', KEYS[2]) == 0 or redis.call('DEL', KEYS[3]) == 1 then
+  tok = redis.call('INCR', KEYS[2])
+else
+  tok = tonumber(redis.call('GET', KEYS[2]))
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return tok`)
+
+var lazyRelease = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('SET', KEYS[2], '1')
+return 1`)
+
+// TryAcquire implements scenarios.LockImpl.
+func (TokenNotIncrementedAfterExpiry) TryAcquire(ctx context.Context, c redis.UniversalClient, key string, ttl time.Duration) (scenarios.Held, error) {
+	lease, fence, released := "{"+key+"}:lease", "{"+key+"}:fence", "{"+key+"}:released"
+	owner := strconv.FormatInt(time.Now().UnixNano(), 36)
+	tok, err := lazyAcquire.Run(ctx, c, []string{lease, fence, released}, owner, ttl.Milliseconds()).Int64()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", scenarios.ErrUncertain, err)
+	}
+	if tok == 0 {
+		return nil, scenarios.ErrContended
+	}
+	return &lazyHeld{c: c, lease: lease, released: released, owner: owner, token: tok}, nil
+}
+
+type lazyHeld struct {
+	c                      redis.UniversalClient
+	lease, released, owner string
+	token                  int64
+}
+
+func (h *lazyHeld) Token() int64  { return h.token }
+func (h *lazyHeld) Owner() string { return h.owner }
+func (h *lazyHeld) Release(ctx context.Context) (string, error) {
+	n, err := lazyRelease.Run(ctx, h.c, []string{h.lease, h.released}, h.owner).Int64()
+	switch {
+	case err != nil:
+		return "", err
+	case n == 1:
+		return history.ValueReleased, nil
+	}
+	return history.ValueNotOwned, nil
 }
 
 // ReleaseWithoutOwnerCheck is a fenced lock whose release deletes the lease

@@ -54,6 +54,12 @@ func TestLockMutants(t *testing.T) {
 		{"prim", "fenced-resource", true},
 		{"mutant-release-without-owner-check", "exclusion", false},
 		{"mutant-resource-ignores-tokens", "fenced-resource", false},
+		{"prim", "lease-protocol", true},
+		{"mutant-release-claims-released", "lease-protocol", false},
+		{"mutant-renew-without-owner-check", "lease-protocol", false},
+		{"prim", "token-order", true},
+		{"mutant-token-not-incremented-after-expiry", "token-order", false},
+		{"mutant-token-not-incremented-after-expiry", "fenced-resource", false},
 	} {
 		t.Run(tc.impl+"/"+tc.checker, func(t *testing.T) {
 			ss, err := scenarios.Match([]string{"fenced-lock/pause-client"})
