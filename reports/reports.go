@@ -69,6 +69,19 @@ func WriteSummary(w io.Writer, r *Run) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	var unc []string
+	for _, o := range r.Outcomes {
+		if u := o.Uncertain; u.Info > 0 {
+			line := fmt.Sprintf("  %s [%s]: %d info operations, %d of them acquisitions", o.Scenario, o.Impl, u.Info, u.InfoAcquisitions)
+			if u.Executed >= 0 && u.InfoAcquisitions > 0 {
+				line += fmt.Sprintf(", %d of which took a token (executed)", u.Executed)
+			}
+			unc = append(unc, line)
+		}
+	}
+	if len(unc) > 0 {
+		fmt.Fprintf(w, "\nuncertain outcomes:\n%s\n", strings.Join(unc, "\n"))
+	}
 	for _, o := range r.Outcomes {
 		for _, p := range o.Results {
 			if p.Verdict == scenarios.Pass {

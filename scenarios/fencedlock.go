@@ -219,6 +219,57 @@ func init() {
 	})
 }
 
+// onClientLinks applies f to a random half of the clients' links to n1.
+func onClientLinks(what string, f func(*testbed.Link) error) func(context.Context, *Env, *rand.Rand) error {
+	return func(_ context.Context, e *Env, r *rand.Rand) error {
+		var cut []string
+		for i := range e.Clients {
+			if r.IntN(2) == 0 {
+				continue
+			}
+			l, err := e.Topo.Link(Peer(i), "n1")
+			if err != nil {
+				return err
+			}
+			if err := f(l); err != nil {
+				return err
+			}
+			cut = append(cut, Peer(i))
+		}
+		e.Note("%s on %v", what, cut)
+		return nil
+	}
+}
+
+func init() {
+	shortStall := func(ttl time.Duration) time.Duration { return ttl / 10 }
+	standalone := Topology{Kind: testbed.KindStandalone}
+	impls := AllImpls()
+	uncertain := func(name, summary string, gap, hold time.Duration, f func(*testbed.Link) error, drift time.Duration) {
+		Register(&Scenario{
+			Name: "fenced-lock/" + name, Summary: summary,
+			Topo: standalone, Workload: lockWorkload(0.1, shortStall),
+			Nemesis: func(r *rand.Rand, d time.Duration) []Event {
+				return every(r, d, gap, hold, name+" on client links", onClientLinks(name, f), healAll)
+			},
+			Properties: props(), Check: models.Options{Drift: drift}, Impls: impls,
+		})
+	}
+	uncertain("lose-replies", "half the clients' links lose every reply for a while: the server runs the command, the "+
+		"client times out (250ms) and, with go-redis's default retries, may send it again. Uncertain outcomes that "+
+		"really happened; everything must hold.", 1500*time.Millisecond, 400*time.Millisecond,
+		func(l *testbed.Link) error { return l.LoseReplies() }, 20*time.Millisecond)
+	uncertain("reset-peer", "half the clients' links are reset (TCP RST) shortly after each connection's first bytes, then healed. "+
+		"Everything must hold.", 1500*time.Millisecond, 500*time.Millisecond,
+		func(l *testbed.Link) error { return l.ResetPeer(5 * time.Millisecond) }, 20*time.Millisecond)
+	uncertain("black-hole", "half the clients' links swallow traffic and close after 300ms, past the client timeout. "+
+		"Everything must hold.", 1500*time.Millisecond, 500*time.Millisecond,
+		func(l *testbed.Link) error { return l.BlackHole(300 * time.Millisecond) }, 20*time.Millisecond)
+	uncertain("slow-replies", "half the clients' links get 100ms ± 80ms latency each way: replies arrive near and past the 250ms "+
+		"client timeout and near the end of the 500ms lease. Everything must hold.", 2*time.Second, time.Second,
+		func(l *testbed.Link) error { return l.Latency(100*time.Millisecond, 80*time.Millisecond) }, 80*time.Millisecond)
+}
+
 func killRestart(r *rand.Rand, d time.Duration) []Event {
 	return every(r, d, 3*time.Second, 300*time.Millisecond, "kill -9 the server",
 		func(_ context.Context, e *Env, _ *rand.Rand) error { return e.Topo.Kill("n1") },

@@ -63,6 +63,11 @@ type Config struct {
 	Seed     int64         // nemesis and workload randomness
 	Impl     string        // "prim" (default) or a peer
 	TTL      time.Duration // lock lease duration (default 500ms)
+	// Hardened gives the clients no retries (MaxRetries -1). By default they
+	// keep go-redis's defaults (MaxRetries 3, ContextTimeoutEnabled false),
+	// as a user's client has them: prim must be right with those, where a
+	// retried script whose reply was lost can run twice.
+	Hardened bool
 	// Progress, when set, is called about once a second with the time elapsed.
 	Progress func(elapsed, total time.Duration)
 	Logf     func(string, ...any)
@@ -175,6 +180,9 @@ type Outcome struct {
 	Results  []PropertyResult `json:"properties"`
 	Events   []EventLog       `json:"events"`
 	Ops      int              `json:"ops"`
+	// Uncertain counts the operations of unknown outcome and how many of
+	// them the run's own state shows really happened.
+	Uncertain models.Uncertainty `json:"uncertain"`
 	// Provider is "local" or "external"; Target names the external deployment.
 	Provider string `json:"provider"`
 	Target   string `json:"target,omitempty"`
@@ -217,7 +225,7 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 		env.Prefix = "coordtorture:" + hex.EncodeToString(b[:]) + ":"
 		provider, target, buildName = "external", fmt.Sprint(ext.Addrs), "external"
 		for i := 0; i < cfg.Clients; i++ {
-			c, err := externalClient(ctx, ext)
+			c, err := externalClient(ctx, ext, cfg.Hardened)
 			if err != nil {
 				env.closeClients()
 				return nil, err
@@ -234,8 +242,15 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 		defer topo.Close()
 		env.Topo, buildName = topo, topo.Build.Name
 		for i := 0; i < cfg.Clients; i++ {
+			// A 250ms read/write timeout (the default is 3s) makes lost
+			// replies and slow links uncertain within a lease; the retry
+			// policy stays go-redis's unless Hardened.
 			c, err := topo.Client(testbed.AsPeer(Peer(i)), testbed.WithTimeout(250*time.Millisecond),
-				testbed.WithOptions(func(o *redis.UniversalOptions) { o.MaxRetries = -1 }))
+				testbed.WithOptions(func(o *redis.UniversalOptions) {
+					if cfg.Hardened {
+						o.MaxRetries = -1
+					}
+				}))
 			if err != nil {
 				return nil, err
 			}
@@ -333,6 +348,7 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 		Provider: provider, Target: target}
 	h := env.Rec.History()
 	out.Ops = len(h.Ops)
+	out.Uncertain = models.CountUncertain(h)
 	var vs []Verdict
 	for _, p := range s.Properties {
 		var r models.Result
@@ -399,10 +415,14 @@ func startTopology(ctx context.Context, t Topology, cfg Config) (*testbed.Topolo
 }
 
 // externalClient dials the deployment once per process, with the harness's
-// timeouts and no retries (a retried script could run twice).
-func externalClient(ctx context.Context, ext *External) (redis.UniversalClient, error) {
+// timeouts and go-redis's retries (none when hardened).
+func externalClient(ctx context.Context, ext *External, hardened bool) (redis.UniversalClient, error) {
+	retries := 0 // go-redis's default (3)
+	if hardened {
+		retries = -1
+	}
 	o := &redis.UniversalOptions{Addrs: ext.Addrs, MasterName: ext.MasterName, IsClusterMode: ext.Cluster,
-		Username: ext.Username, Password: ext.Password, MaxRetries: -1,
+		Username: ext.Username, Password: ext.Password, MaxRetries: retries,
 		DialTimeout: 2 * time.Second, ReadTimeout: 250 * time.Millisecond, WriteTimeout: 250 * time.Millisecond}
 	if ext.TLS {
 		o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}

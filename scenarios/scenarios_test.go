@@ -84,9 +84,54 @@ func TestFencedLockScenarios(t *testing.T) {
 			if wantHazard != "" && verdictOf(out, wantHazard) != scenarios.Hazard {
 				t.Fatalf("%s: %s is %s; the scenario must show the hazard", s.Name, wantHazard, verdictOf(out, wantHazard))
 			}
+			t.Logf("uncertain: %+v", out.Uncertain)
+			// The faults about uncertainty must make some: a lost reply is
+			// an operation the client cannot judge.
+			if (s.Name == "fenced-lock/lose-replies" || s.Name == "fenced-lock/black-hole") && out.Uncertain.Info == 0 {
+				t.Fatalf("%s: no operation of unknown outcome: the fault had no effect", s.Name)
+			}
 		})
 	}
 }
+
+// TestHardenedClients runs a fault scenario with the clients' retries off
+// (the variant; the tests above run go-redis's defaults, as users have them).
+func TestHardenedClients(t *testing.T) {
+	ss, _ := scenarios.Match([]string{"fenced-lock/lose-replies"})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := scenarios.Run(ctx, ss[0], scenarios.Config{Build: build(), Duration: duration(), Seed: 2, Hardened: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Verdict != scenarios.Pass {
+		t.Fatalf("hardened: %s", out.Verdict)
+	}
+}
+
+// TestMutantsOnlyWhereTheWorkloadDrivesThem: a workload that calls prim
+// directly cannot test a mutant, so it refuses one instead of passing it.
+func TestMutantsOnlyWhereTheWorkloadDrivesThem(t *testing.T) {
+	scenarios.RegisterImpl(fakeMutant{})
+	for _, name := range []string{"waiting-lock/handoff", "hash-lease/baseline"} {
+		ss, _ := scenarios.Match([]string{name})
+		if ss[0].Supports("mutant-for-this-test") {
+			t.Errorf("%s accepts a mutant it cannot run", name)
+		}
+		_, err := scenarios.Run(context.Background(), ss[0], scenarios.Config{Impl: "mutant-for-this-test"})
+		if err == nil || !strings.Contains(err.Error(), "calls prim directly") {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	ss, _ := scenarios.Match([]string{"fenced-lock/baseline"})
+	if !ss[0].Supports("mutant-for-this-test") {
+		t.Error("fenced-lock/baseline refuses a mutant")
+	}
+}
+
+type fakeMutant struct{ scenarios.LockImpl }
+
+func (fakeMutant) Name() string { return "mutant-for-this-test" }
 
 // TestWaitingLockScenarios runs the waiting-lock family briefly: every
 // must-hold property, liveness included, must hold.
@@ -154,6 +199,7 @@ func TestRegistryComplete(t *testing.T) {
 		"hash-lease/baseline", "hash-lease/partition", "hash-lease/expiry-race", "hash-lease/old-server",
 		"fenced-lock/baseline-cluster", "fenced-lock/failover-cluster", "waiting-lock/handoff-cluster",
 		"waiting-lock/failover-cluster", "hash-lease/baseline-cluster", "hash-lease/failover-cluster",
+		"fenced-lock/lose-replies", "fenced-lock/reset-peer", "fenced-lock/black-hole", "fenced-lock/slow-replies",
 	}
 	have := map[string]bool{}
 	for _, s := range scenarios.All() {

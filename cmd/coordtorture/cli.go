@@ -50,6 +50,7 @@ type runFlags struct {
 	addr, masterName, user                 string
 	cluster, tls                           bool
 	duration, ttl                          time.Duration
+	hardened                               bool
 	clients                                int
 	seed                                   int64
 }
@@ -69,6 +70,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.duration, "duration", 10*time.Second, "workload duration per scenario")
 	fs.DurationVar(&f.ttl, "ttl", 500*time.Millisecond, "lock lease duration")
 	fs.IntVar(&f.clients, "clients", 8, "concurrent client processes")
+	fs.BoolVar(&f.hardened, "hardened-client", false, "give the clients no retries (MaxRetries -1); by default they keep go-redis's defaults (MaxRetries 3), as a user's client has them")
 	fs.Int64Var(&f.seed, "seed", 0, "seed for the nemesis and workload (default: from the clock, printed)")
 }
 
@@ -324,7 +326,7 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stdout, "%s starting\n", label)
 		}
 		o, err := scenarios.Run(ctx, j.s, scenarios.Config{Build: j.build, Duration: f.duration, Clients: f.clients,
-			Seed: j.seed, Impl: j.impl, TTL: f.ttl, Progress: progress, External: ext,
+			Seed: j.seed, Impl: j.impl, TTL: f.ttl, Hardened: f.hardened, Progress: progress, External: ext,
 			Logger: logger.With("scenario", j.s.Name, "impl", j.impl, "server", j.build)})
 		if err != nil {
 			o = &scenarios.Outcome{Scenario: j.s.Name, Build: j.build, Impl: j.impl, Seed: j.seed, Clients: f.clients,
