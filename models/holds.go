@@ -102,16 +102,8 @@ func buildHolds(h *history.History, drift int64, want func(mode) bool) *holdSet 
 	hs := &holdSet{}
 	byOwner := make(map[ownerKey]int)
 	byProc := make(map[procKey]int)
-	kids := make(map[lockID]int32)
-	kidOf := func(o *history.Operation) int32 {
-		id := idOf(o)
-		k, ok := kids[id]
-		if !ok {
-			k = int32(len(kids))
-			kids[id] = k
-		}
-		return k
-	}
+	kids := lockIDs{}
+	kidOf := kids.of
 	lookup := func(o *history.Operation) (int, bool) {
 		kid := kidOf(o)
 		if o.Owner != "" {

@@ -64,16 +64,8 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 	var owners []owner
 	byOwner := map[ownerKey]int{}
 	byProc := map[procKey]int{}
-	kids := map[lockID]int32{}
-	kidOf := func(op *history.Operation) int32 {
-		id := idOf(op)
-		k, ok := kids[id]
-		if !ok {
-			k = int32(len(kids))
-			kids[id] = k
-		}
-		return k
-	}
+	kids := lockIDs{}
+	kidOf := kids.of
 	nOps := 0
 	for k := range h.Ops {
 		op := &h.Ops[k]
@@ -90,7 +82,7 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 			}
 			if op.Type == history.OK {
 				byProc[procKey{kid, op.Process}] = n
-			} else if byProc[procKey{kid, op.Process}] >= 0 {
+			} else {
 				// Later ops of this process without an owner cannot be told
 				// apart from the unknown acquisition's: match none.
 				byProc[procKey{kid, op.Process}] = -1
@@ -101,11 +93,9 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 			continue
 		}
 		kid := kidOf(op)
-		j, ok := -1, false
+		j, ok := byProc[procKey{kid, op.Process}]
 		if op.Owner != "" {
 			j, ok = byOwner[ownerKey{kid, op.Owner}]
-		} else {
-			j, ok = byProc[procKey{kid, op.Process}]
 		}
 		if !ok || j < 0 {
 			continue

@@ -368,6 +368,21 @@ type lockID struct{ key, field string }
 
 func idOf(o *history.Operation) lockID { return lockID{o.Key, o.Field} }
 
+// lockIDs numbers locks densely in order of first appearance, for fast
+// sorting and maps.
+type lockIDs map[lockID]int32
+
+// of returns the number of op's lock, numbering it if new.
+func (ids lockIDs) of(op *history.Operation) int32 {
+	id := idOf(op)
+	k, ok := ids[id]
+	if !ok {
+		k = int32(len(ids))
+		ids[id] = k
+	}
+	return k
+}
+
 func (id lockID) String() string {
 	if id.field == "" {
 		return id.key

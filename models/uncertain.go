@@ -1,6 +1,7 @@
 package models
 
 import (
+	"cmp"
 	"slices"
 
 	"github.com/coordtorture/coordtorture/history"
@@ -52,15 +53,7 @@ func CountUncertain(h *history.History) Uncertainty {
 	}
 	executed := 0
 	for key, oks := range byKey {
-		slices.SortFunc(oks, func(a, b *history.Operation) int {
-			switch {
-			case a.Return < b.Return:
-				return -1
-			case a.Return > b.Return:
-				return 1
-			}
-			return 0
-		})
+		slices.SortFunc(oks, func(a, b *history.Operation) int { return cmp.Compare(a.Return, b.Return) })
 		for i := 1; i < len(oks); i++ {
 			// Real-time order must agree with token order for the gaps to
 			// mean anything.

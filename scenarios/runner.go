@@ -303,15 +303,14 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 			if len(env.note) > 0 {
 				el.Name += " (" + strings.Join(env.note, "; ") + ")"
 			}
+			typ, comp := history.OK, history.Op{Value: el.Name}
 			if err != nil {
 				el.Err = err.Error()
 				cfg.Logf("nemesis %s at %v: %v", ev.Name, at.Round(time.Millisecond), err)
-				done, _ := env.Rec.Info(nemesisProc, history.Op{Value: el.Name, Err: firstLine(el.Err)})
-				el.End = time.Duration(done.T)
-			} else {
-				done, _ := env.Rec.OK(nemesisProc, history.Op{Value: el.Name})
-				el.End = time.Duration(done.T)
+				typ, comp.Err = history.Info, firstLine(el.Err)
 			}
+			done, _ := env.Rec.Complete(nemesisProc, typ, comp)
+			el.End = time.Duration(done.T)
 			logMu.Lock()
 			log = append(log, el)
 			logMu.Unlock()

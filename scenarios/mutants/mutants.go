@@ -222,8 +222,7 @@ func (ResourceIgnoresTokens) ResourceFencing() bool { return false }
 
 // TryAcquire implements scenarios.LockImpl.
 func (ResourceIgnoresTokens) TryAcquire(ctx context.Context, c redis.UniversalClient, key string, ttl time.Duration) (scenarios.Held, error) {
-	p, _ := scenarios.NewImpl("prim")
-	return p.TryAcquire(ctx, c, key, ttl)
+	return primAcquire(ctx, c, key, ttl)
 }
 
 // ---- semaphore -------------------------------------------------------------
