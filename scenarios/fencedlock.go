@@ -255,15 +255,17 @@ func init() {
 			Properties: props(), Check: models.Options{Drift: drift}, Impls: impls,
 		})
 	}
-	uncertain("lose-replies", "half the clients' links lose every reply for a while: the server runs the command, the "+
-		"client times out (250ms) and, with go-redis's default retries, may send it again. Uncertain outcomes that "+
-		"really happened; everything must hold.", 1500*time.Millisecond, 400*time.Millisecond,
+	// Each fault outlasts go-redis's default retries (4 attempts of 250ms
+	// plus back-off): a shorter one is masked by a retry after the heal.
+	uncertain("lose-replies", "half the clients' links lose every reply for 1.5s: the server runs the command, the "+
+		"client times out (250ms) and, with go-redis's default retries, sends it again. Uncertain outcomes that "+
+		"really happened; everything must hold.", 2*time.Second, 1500*time.Millisecond,
 		func(l *testbed.Link) error { return l.LoseReplies() }, 20*time.Millisecond)
 	uncertain("reset-peer", "half the clients' links are reset (TCP RST) shortly after each connection's first bytes, then healed. "+
 		"Everything must hold.", 1500*time.Millisecond, 500*time.Millisecond,
 		func(l *testbed.Link) error { return l.ResetPeer(5 * time.Millisecond) }, 20*time.Millisecond)
-	uncertain("black-hole", "half the clients' links swallow traffic and close after 300ms, past the client timeout. "+
-		"Everything must hold.", 1500*time.Millisecond, 500*time.Millisecond,
+	uncertain("black-hole", "half the clients' links swallow traffic for 1.5s, closing connections after 300ms, past "+
+		"the client timeout. Everything must hold.", 2*time.Second, 1500*time.Millisecond,
 		func(l *testbed.Link) error { return l.BlackHole(300 * time.Millisecond) }, 20*time.Millisecond)
 	uncertain("slow-replies", "half the clients' links get 100ms ± 80ms latency each way: replies arrive near and past the 250ms "+
 		"client timeout and near the end of the 500ms lease. Everything must hold.", 2*time.Second, time.Second,
