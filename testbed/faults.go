@@ -382,8 +382,20 @@ func (t *Topology) FailoverCommand(ctx context.Context, to string) error {
 	if err != nil {
 		return err
 	}
-	if err := p.admin.Do(ctx, "FAILOVER", "TO", "127.0.0.1", port(target.Addr), "TIMEOUT", 5000).Err(); err != nil {
-		return fmt.Errorf("testbed: FAILOVER TO %s: %w", to, err)
+	// Right after a (re)sync the primary may not count the target online yet;
+	// that refusal is transient, so retry it within the start timeout.
+	var ferr error
+	if err := waitFor(ctx, t.cfg.startTimeout, "FAILOVER TO "+to, func(ctx context.Context) (bool, error) {
+		ferr = p.admin.Do(ctx, "FAILOVER", "TO", "127.0.0.1", port(target.Addr), "TIMEOUT", 5000).Err()
+		if ferr != nil && strings.Contains(ferr.Error(), "not online") {
+			return false, ferr
+		}
+		return true, nil
+	}); err != nil {
+		return t.withLogs(fmt.Errorf("testbed: FAILOVER TO %s: %w", to, err), p, target)
+	}
+	if ferr != nil {
+		return fmt.Errorf("testbed: FAILOVER TO %s: %w", to, ferr)
 	}
 	if err := waitFor(ctx, t.cfg.startTimeout, to+" to become primary", func(ctx context.Context) (bool, error) {
 		info, err := p.admin.Info(ctx, "replication").Result()

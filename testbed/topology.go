@@ -437,7 +437,43 @@ func (t *Topology) waitReplication(ctx context.Context) error {
 			return t.withLogs(err, n)
 		}
 	}
+	// A replica reports its link up when it has loaded the primary's snapshot;
+	// the primary counts it online only after the replica's first REPLCONF ACK.
+	// Until then FAILOVER refuses it ("target replica is not online") and
+	// WAIT does not count it, so wait for the primary's view too.
+	want := map[*Node]int{}
+	for _, n := range t.nodes {
+		n.mu.Lock()
+		if n.replicaOf != nil {
+			want[n.replicaOf]++
+		}
+		n.mu.Unlock()
+	}
+	for p, k := range want {
+		if err := waitFor(ctx, t.cfg.startTimeout, p.Name+" to count its replicas online", func(ctx context.Context) (bool, error) {
+			info, err := p.admin.Info(ctx, "replication").Result()
+			if err != nil {
+				return false, err
+			}
+			got := onlineReplicas(info)
+			return got >= k, fmt.Errorf("%s counts %d of %d replicas online", p.Name, got, k)
+		}); err != nil {
+			return t.withLogs(err, p)
+		}
+	}
 	return nil
+}
+
+// onlineReplicas counts the slaveN lines of a primary's INFO replication whose
+// state is online.
+func onlineReplicas(info string) int {
+	n := 0
+	for _, line := range strings.Split(info, "\n") {
+		if strings.HasPrefix(line, "slave") && strings.Contains(line, "state=online") {
+			n++
+		}
+	}
+	return n
 }
 
 // waitSentinels waits until every sentinel monitors primary and sees every
