@@ -82,6 +82,20 @@ func WriteSummary(w io.Writer, r *Run) error {
 	if len(unc) > 0 {
 		fmt.Fprintf(w, "\nuncertain outcomes:\n%s\n", strings.Join(unc, "\n"))
 	}
+	var hz []string
+	for _, o := range r.Outcomes {
+		if o.Hazard == "" {
+			continue
+		}
+		line := fmt.Sprintf("  %s [%s]: hazard %s", o.Scenario, o.Impl, hazardWords[o.Hazard])
+		for _, ef := range o.Effects {
+			line += "\n    " + ef
+		}
+		hz = append(hz, line)
+	}
+	if len(hz) > 0 {
+		fmt.Fprintf(w, "\nfault effects (what the hazard scenarios' faults were seen to do):\n%s\n", strings.Join(hz, "\n"))
+	}
 	for _, o := range r.Outcomes {
 		for _, p := range o.Results {
 			if p.Verdict == scenarios.Pass {
@@ -99,6 +113,13 @@ func WriteSummary(w io.Writer, r *Run) error {
 	}
 	fmt.Fprintf(w, "\noverall: %s%s\n", r.Verdict(), r.byImpl())
 	return nil
+}
+
+// hazardWords explain Outcome.Hazard.
+var hazardWords = map[string]string{
+	"shown":     "shown, after a fault that had its effect:",
+	"not shown": "not shown: the faults had their effect and every property held:",
+	"no effect": "not shown: no fault was seen to have the effect the hazard needs (a hazard-kind violation would be FAIL)",
 }
 
 // byImpl is " (prim: HAZARD, redislock: FAIL)" when the run has several

@@ -130,11 +130,23 @@ func sentinelFailover(_ *rand.Rand, d time.Duration) []Event {
 // sentinelFailoverAt is a SENTINEL FAILOVER event that notes the new primary.
 func sentinelFailoverAt(at time.Duration, name string) Event {
 	return Event{At: at, Name: name, Do: func(ctx context.Context, e *Env) error {
-		n, err := e.Topo.FailoverSentinel(ctx)
-		if err == nil {
-			e.Note("new primary %s", n.Name)
+		old, err := e.Topo.Primary(ctx)
+		if err != nil {
+			return err
 		}
-		return err
+		wctx := context.WithoutCancel(ctx)
+		w := watchOffset(wctx, old)
+		n, err := e.Topo.FailoverSentinel(ctx)
+		if err != nil {
+			w.until(wctx, old, 0, 0)
+			return err
+		}
+		e.Note("new primary %s", n.Name)
+		// The sentinels demote the old primary some time after promoting the
+		// new one (up to their 10s INFO period); what it takes meanwhile is
+		// lost too, so the watch may last until then.
+		failoverLoss(wctx, e, w, old, n, 10*time.Second)
+		return nil
 	}}
 }
 
@@ -272,13 +284,24 @@ func init() {
 		func(l *testbed.Link) error { return l.Latency(100*time.Millisecond, 80*time.Millisecond) }, 80*time.Millisecond)
 }
 
+// killRestart kills the server and starts it again on the same data
+// directory; each restart that comes back without the data is the effect
+// (a canary key written just before the kill is gone).
 func killRestart(r *rand.Rand, d time.Duration) []Event {
+	before := int64(-1)
 	return every(r, d, 3*time.Second, 300*time.Millisecond, "kill -9 the server",
-		func(_ context.Context, e *Env, _ *rand.Rand) error { return e.Topo.Kill("n1") },
+		func(ctx context.Context, e *Env, _ *rand.Rand) error {
+			before = plantCanary(ctx, e.Topo.Node("n1"))
+			return e.Topo.Kill("n1")
+		},
 		func(ctx context.Context, e *Env, _ *rand.Rand) error {
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
 			defer cancel()
-			return e.Topo.Start(sctx, "n1")
+			if err := e.Topo.Start(sctx, "n1"); err != nil {
+				return err
+			}
+			checkCanary(sctx, e, e.Topo.Node("n1"), before, "the restart")
+			return nil
 		})
 }
 
@@ -341,7 +364,14 @@ func init() {
 				return func(ctx context.Context, e *Env) error {
 					sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
 					defer cancel()
-					return e.Topo.SetClockOffset(sctx, "n1", off(e))
+					if err := e.Topo.SetClockOffset(sctx, "n1", off(e)); err != nil {
+						return err
+					}
+					if off(e) != 0 {
+						// Leases end early only if the jump outruns them.
+						clockAhead(sctx, e, e.Topo.Node("n1"), e.TTL)
+					}
+					return nil
 				}
 			}
 			return []Event{
@@ -372,6 +402,9 @@ func init() {
 						if _, err := p.Exec(ctx); err != nil {
 							return err
 						}
+					}
+					if n, ok := infoInt(ctx, e.Topo.Node("n1"), "stats", "evicted_keys"); ok && n > 0 {
+						e.Effect("n1 evicted %d keys (allkeys-lru, maxmemory 4mb)", n)
 					}
 					return nil
 				}},

@@ -8,9 +8,11 @@ import (
 )
 
 // HAZARD is decided per violation: only violations of the hazard's kinds,
-// complete after a fault began, are the hazard; anything else is FAIL.
+// complete after a fault with a proven effect began, are the hazard; anything
+// else is FAIL.
 func TestJudgeViolations(t *testing.T) {
-	fault := []EventLog{{At: time.Second, Name: "kill"}}
+	// The kill began at 1s; the restart at 1.3s proved the data lost.
+	fault := []models.Effect{{From: int64(time.Second), At: int64(1300 * time.Millisecond), What: "dataset lost"}}
 	at := func(d time.Duration) int64 { return int64(d) }
 	res := func(kinds map[string]int, earliest map[string]int64, ev ...models.Evidence) models.Result {
 		n := 0
@@ -26,7 +28,7 @@ func TestJudgeViolations(t *testing.T) {
 		name string
 		p    Property
 		r    models.Result
-		log  []EventLog
+		log  []models.Effect
 		want Verdict
 	}{
 		{"reused token after the fault is the hazard", may,
@@ -36,9 +38,12 @@ func TestJudgeViolations(t *testing.T) {
 				map[string]int64{models.KindTokenReused: at(2 * time.Second), models.KindStaleWrite: at(3 * time.Second)}, reused, reused, stale), fault, Fail},
 		{"a violation complete before the first fault is not its doing", may,
 			res(map[string]int{models.KindTokenReused: 1}, map[string]int64{models.KindTokenReused: at(500 * time.Millisecond)}, reused), fault, Fail},
-		{"no fault happened", may,
+		{"no fault was seen to have an effect", may,
 			res(map[string]int{models.KindTokenReused: 1}, map[string]int64{models.KindTokenReused: at(2 * time.Second)}, reused),
-			[]EventLog{{At: time.Second, Name: "kill", Err: "refused"}}, Fail},
+			nil, Fail},
+		{"the earliest effect's fault counts", may,
+			res(map[string]int{models.KindTokenReused: 1}, map[string]int64{models.KindTokenReused: at(1200 * time.Millisecond)}, reused),
+			append([]models.Effect{{From: int64(3 * time.Second), At: int64(3 * time.Second)}}, fault...), Hazard},
 		{"must hold", Property{Checker: "fenced-resource"},
 			res(map[string]int{models.KindTokenReused: 1}, map[string]int64{models.KindTokenReused: at(2 * time.Second)}, reused), fault, Fail},
 		{"a custom check without kinds", may, models.Result{Verdict: models.Fail, Violations: 1}, fault, Fail},

@@ -166,6 +166,8 @@ type EventLog struct {
 	Name string        `json:"name"`
 	Kind string        `json:"kind"`
 	Err  string        `json:"err,omitempty"`
+	// Effect is what the event proved the fault did (Env.Effect), if anything.
+	Effect string `json:"effect,omitempty"`
 }
 
 // Outcome is the result of one scenario run.
@@ -183,6 +185,13 @@ type Outcome struct {
 	// Uncertain counts the operations of unknown outcome and how many of
 	// them the run's own state shows really happened.
 	Uncertain models.Uncertainty `json:"uncertain"`
+	// Hazard says, for a scenario with a property that may show a hazard,
+	// whether it did: "shown", "no effect" (no fault was observed to have
+	// the effect the hazard needs) or "not shown" (the effect happened and
+	// every property held); "" for scenarios without a hazard.
+	Hazard string `json:"hazard,omitempty"`
+	// Effects lists the observed fault effects ("at 1.8s: …").
+	Effects []string `json:"effects,omitempty"`
 	// Provider is "local" or "external"; Target names the external deployment.
 	Provider string `json:"provider"`
 	Target   string `json:"target,omitempty"`
@@ -298,7 +307,7 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 			inv, _ := env.Rec.Invoke(nemesisProc, history.Op{F: history.FNemesis, Key: kind, Value: ev.Name})
 			at := time.Duration(inv.T)
 			el := EventLog{At: at, Name: ev.Name, Kind: kind}
-			env.note = nil
+			env.note, env.effect = nil, nil
 			err := ev.Do(wctx, env)
 			if len(env.note) > 0 {
 				el.Name += " (" + strings.Join(env.note, "; ") + ")"
@@ -311,6 +320,14 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 			}
 			done, _ := env.Rec.Complete(nemesisProc, typ, comp)
 			el.End = time.Duration(done.T)
+			// Each proven effect is an observation of its own in the history,
+			// so an offline check can tell when a hazard became possible.
+			for _, what := range env.effect {
+				if _, err := env.Rec.Invoke(nemesisProc, history.Op{F: history.FNemesis, Key: models.NemesisEffect, Value: what}); err == nil {
+					_, _ = env.Rec.Complete(nemesisProc, history.OK, history.Op{Value: what})
+				}
+			}
+			el.Effect = strings.Join(env.effect, "; ")
 			logMu.Lock()
 			log = append(log, el)
 			logMu.Unlock()
@@ -348,8 +365,14 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	h := env.Rec.History()
 	out.Ops = len(h.Ops)
 	out.Uncertain = models.CountUncertain(h)
+	effects := models.Effects(h)
+	for _, ef := range effects {
+		out.Effects = append(out.Effects, fmt.Sprintf("at %.1fs: %s", time.Duration(ef.At).Seconds(), ef.What))
+	}
 	var vs []Verdict
+	mayHazard := false
 	for _, p := range s.Properties {
+		mayHazard = mayHazard || p.Expect == MayHazard
 		var r models.Result
 		if v, ok := s.Verify[p.Checker]; ok {
 			vctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -365,7 +388,7 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 		v := Pass
 		switch r.Verdict {
 		case models.Fail:
-			v = judgeViolations(p, &r, log)
+			v = judgeViolations(p, &r, effects)
 		case models.Unknown:
 			v = Unknown
 		}
@@ -394,6 +417,16 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	if len(failed) > 0 {
 		vs = append(vs, Unknown)
 		out.Error = strings.Join(failed, "\n")
+	}
+	if mayHazard {
+		switch {
+		case slices.Contains(vs, Hazard):
+			out.Hazard = "shown"
+		case len(effects) == 0:
+			out.Hazard = "no effect"
+		default:
+			out.Hazard = "not shown"
+		}
 	}
 	out.Verdict = Worst(vs...)
 	return out, nil
@@ -483,16 +516,16 @@ func firstLine(s string) string {
 
 // judgeViolations decides a failed property: HAZARD when p may show the
 // scenario's hazard and every violation is of a hazard kind and was not
-// complete before the first fault that happened began; FAIL otherwise. It
-// marks the hazard evidence, puts the failures' evidence first and says in the
-// summary how the violations split.
-func judgeViolations(p Property, r *models.Result, log []EventLog) Verdict {
+// complete before the first proven fault effect's fault began (effects, in
+// time order); FAIL otherwise, also when no fault was seen to have an effect.
+// It marks the hazard evidence, puts the failures' evidence first and says in
+// the summary how the violations split.
+func judgeViolations(p Property, r *models.Result, effects []models.Effect) Verdict {
 	hz := p.hazards()
 	faultStart := int64(-1)
-	for _, ev := range log {
-		if ev.Err == "" {
-			faultStart = int64(ev.At)
-			break
+	for _, ef := range effects {
+		if faultStart < 0 || ef.From < faultStart {
+			faultStart = ef.From
 		}
 	}
 	isHazard := func(kind string) bool {
@@ -515,8 +548,11 @@ func judgeViolations(p Property, r *models.Result, log []EventLog) Verdict {
 			class = "hazard"
 		} else {
 			v = Fail
-			if slices.Contains(hz, k) && faultStart >= 0 {
-				class = "FAIL: before any fault"
+			switch {
+			case slices.Contains(hz, k) && faultStart >= 0:
+				class = "FAIL: before the fault that had an effect"
+			case slices.Contains(hz, k):
+				class = "FAIL: no fault was seen to have an effect"
 			}
 		}
 		parts = append(parts, fmt.Sprintf("%d %s (%s)", r.Kinds[k], k, class))

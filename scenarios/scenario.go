@@ -169,6 +169,17 @@ type Env struct {
 	virtual atomic.Int64 // acquisition numbers for unfenced implementations
 	coords  coordinators
 	note    []string // what the running nemesis event chose (Note)
+	effect  []string // what the running nemesis event proved (Effect)
+}
+
+// Effect records the proof that a fault had the effect its hazard needs ("the
+// restarted server lost the dataset", "the new primary is 812 bytes behind
+// the old one"). Only a nemesis event's Do calls it, when it has observed the
+// effect on the servers. A MayHazard violation counts as the hazard only
+// after such a proof: a fault without an observed effect explains nothing,
+// so the violation is FAIL.
+func (e *Env) Effect(format string, args ...any) {
+	e.effect = append(e.effect, fmt.Sprintf(format, args...))
 }
 
 // Note records what the running nemesis event chose or found ("c3 cut from

@@ -84,6 +84,7 @@ func TestFencedLockScenarios(t *testing.T) {
 			if wantHazard != "" && verdictOf(out, wantHazard) != scenarios.Hazard {
 				t.Fatalf("%s: %s is %s; the scenario must show the hazard", s.Name, wantHazard, verdictOf(out, wantHazard))
 			}
+			checkHazardAccounted(t, s, out)
 			t.Logf("uncertain: %+v", out.Uncertain)
 			// The faults about uncertainty must make some: a lost reply is
 			// an operation the client cannot judge.
@@ -92,6 +93,28 @@ func TestFencedLockScenarios(t *testing.T) {
 			}
 		})
 	}
+}
+
+// checkHazardAccounted requires a scenario with a may-show-hazard property to
+// say what became of its hazard: shown (after a fault with a proven effect),
+// not shown though the fault had its effect, or not shown because no fault
+// was seen to have the effect. A HAZARD verdict always comes with the effect
+// that explains it.
+func checkHazardAccounted(t *testing.T, s *scenarios.Scenario, out *scenarios.Outcome) {
+	t.Helper()
+	may := false
+	for _, p := range s.Properties {
+		may = may || p.Expect == scenarios.MayHazard
+	}
+	switch {
+	case !may && out.Hazard != "":
+		t.Fatalf("%s has no may-show-hazard property but reports hazard %q", s.Name, out.Hazard)
+	case may && out.Hazard == "":
+		t.Fatalf("%s: the outcome does not say whether the hazard was shown", s.Name)
+	case out.Verdict == scenarios.Hazard && (out.Hazard != "shown" || len(out.Effects) == 0):
+		t.Fatalf("%s: HAZARD with hazard %q and effects %q: a hazard needs a proven fault effect", s.Name, out.Hazard, out.Effects)
+	}
+	t.Logf("hazard %q, effects %q", out.Hazard, out.Effects)
 }
 
 // TestHardenedClients runs a fault scenario with the clients' retries off
@@ -149,6 +172,7 @@ func TestWaitingLockScenarios(t *testing.T) {
 			if verdictOf(out, "liveness") != scenarios.Pass {
 				t.Fatalf("liveness %s", verdictOf(out, "liveness"))
 			}
+			checkHazardAccounted(t, s, out)
 		})
 	}
 }
