@@ -142,6 +142,9 @@ type pageEvent struct {
 	Name  string
 	Err   string
 	Until string // the heal that ended the window, if any
+	// Effect is what the event proved the fault did (a hazard's
+	// precondition), if anything.
+	Effect string
 }
 
 func buildPage(r *Run) *page {

@@ -165,7 +165,7 @@ func richSample(t testing.TB) *reports.Run {
 	fail.Ops = len(fail.Records) / 2
 	fail.Events = []scenarios.EventLog{
 		{At: 3 * time.Second, Name: "cut replication n2↔n1"},
-		{At: 4 * time.Second, Name: "SENTINEL FAILOVER (forced, replica behind)"},
+		{At: 4 * time.Second, Name: "SENTINEL FAILOVER (forced, replica behind)", Effect: "the new primary n2 took over 812 bytes behind the old one"},
 		{At: 4500 * time.Millisecond, Name: "heal"},
 		{At: 7 * time.Second, Name: "kill -9 the server", Err: "exit status 137 <unexpected>"},
 	}
@@ -279,8 +279,11 @@ func TestHTMLVerdictsTimelinesHistograms(t *testing.T) {
 	if !strings.Contains(sec, "cut replication n2↔n1 – until 4.500s (heal)") {
 		t.Error("the cut is not paired with the heal")
 	}
-	if !strings.Contains(sec, "SENTINEL FAILOVER (forced, replica behind)</title><line") {
-		t.Error("the failover is not a marker line")
+	if !strings.Contains(sec, "SENTINEL FAILOVER (forced, replica behind) (effect: the new primary n2 took over 812 bytes behind the old one)</title><line") {
+		t.Error("the failover is not a marker line saying its effect")
+	}
+	if !strings.Contains(sec, `<span class="effect">effect: the new primary n2 took over 812 bytes behind the old one</span>`) {
+		t.Error("the event list does not say the failover's effect")
 	}
 	pass := between(p, `<section class="scenario" id="s1">`, "</section>")
 	if n := strings.Count(pass, `<rect class="fault"`); n != 4 {

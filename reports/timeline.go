@@ -283,7 +283,7 @@ func buildTimeline(id string, o *scenarios.Outcome, h *history.History, budget i
 	}
 	var pevs []pageEvent
 	for _, f := range events {
-		pe := pageEvent{ID: f.id, At: fmtNs(f.at), Name: f.name, Err: f.err}
+		pe := pageEvent{ID: f.id, At: fmtNs(f.at), Name: f.name, Err: f.err, Effect: f.effect}
 		if f.closes != "" {
 			pe.Until = "ends " + f.closes
 		}
@@ -297,6 +297,9 @@ func buildTimeline(id string, o *scenarios.Outcome, h *history.History, budget i
 		title := fmt.Sprintf("%s at %s: %s", f.id, fmtNs(f.at), f.name)
 		if f.err != "" {
 			title += " (error: " + f.err + ")"
+		}
+		if f.effect != "" {
+			title += " (effect: " + f.effect + ")"
 		}
 		cls := ""
 		if f.err != "" {
@@ -559,6 +562,7 @@ type fault struct {
 	lower      string
 	at, end    int64
 	err        string
+	effect     string // what the event proved the fault did
 	closed     bool   // a later event ended it: a window [at, end)
 	closedBy   string // that event's id
 	closedName string
@@ -597,7 +601,7 @@ func faultEvents(evs []scenarios.EventLog) ([]*fault, int) {
 		}
 	}
 	for i, ev := range sorted {
-		f := &fault{id: fmt.Sprintf("F%d", i+1), name: ev.Name, lower: strings.ToLower(strings.TrimSpace(ev.Name)), at: int64(ev.At), err: ev.Err}
+		f := &fault{id: fmt.Sprintf("F%d", i+1), name: ev.Name, lower: strings.ToLower(strings.TrimSpace(ev.Name)), at: int64(ev.At), err: ev.Err, effect: ev.Effect}
 		out = append(out, f)
 		// Events recorded with their kind say what they do; older reports
 		// only have names, and the rules below guess from them.
