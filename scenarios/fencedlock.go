@@ -282,6 +282,32 @@ func init() {
 	uncertain("slow-replies", "half the clients' links get 100ms ± 80ms latency each way: replies arrive near and past the 250ms "+
 		"client timeout and near the end of the 500ms lease. Everything must hold.", 2*time.Second, time.Second,
 		func(l *testbed.Link) error { return l.Latency(100*time.Millisecond, 80*time.Millisecond) }, 80*time.Millisecond)
+	// Replies slower than the lease itself: the clients keep go-redis's
+	// default 3s timeout, so a grant arrives after the lease it grants has
+	// ended (the holder must know it from its estimate, and the resource
+	// must refuse what it writes late).
+	Register(&Scenario{
+		Name: "fenced-lock/slow-beyond-lease",
+		Summary: "every client link gets 300ms ± 100ms latency each way for 1.5s at a time, with go-redis's default 3s " +
+			"timeout: grants arrive after the 500ms lease they grant has ended. Everything must hold.",
+		Topo: standalone, Workload: lockWorkload(0.1, shortStall), ClientTimeout: 3 * time.Second,
+		Nemesis: func(r *rand.Rand, d time.Duration) []Event {
+			return every(r, d, 2*time.Second, 1500*time.Millisecond, "300ms latency on every client link",
+				func(_ context.Context, e *Env, _ *rand.Rand) error {
+					for i := range e.Clients {
+						l, err := e.Topo.Link(Peer(i), "n1")
+						if err != nil {
+							return err
+						}
+						if err := l.Latency(300*time.Millisecond, 100*time.Millisecond); err != nil {
+							return err
+						}
+					}
+					return nil
+				}, healAll)
+		},
+		Properties: props(), Check: models.Options{Drift: 80 * time.Millisecond}, Impls: impls,
+	})
 }
 
 // killRestart kills the server and starts it again on the same data

@@ -254,7 +254,11 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 			// A 250ms read/write timeout (the default is 3s) makes lost
 			// replies and slow links uncertain within a lease; the retry
 			// policy stays go-redis's unless Hardened.
-			c, err := topo.Client(testbed.AsPeer(Peer(i)), testbed.WithTimeout(250*time.Millisecond),
+			timeout := 250 * time.Millisecond
+			if s.ClientTimeout > 0 {
+				timeout = s.ClientTimeout
+			}
+			c, err := topo.Client(testbed.AsPeer(Peer(i)), testbed.WithTimeout(timeout),
 				testbed.WithOptions(func(o *redis.UniversalOptions) {
 					if cfg.Hardened {
 						o.MaxRetries = -1

@@ -137,6 +137,10 @@ type Scenario struct {
 	Check models.Options
 	// Impls lists the implementations the scenario supports ("prim" first).
 	Impls []string
+	// ClientTimeout is the clients' read/write timeout; 0 is 250ms (see
+	// Run). A scenario about replies slower than the lease sets go-redis's
+	// default, 3s, so that such replies arrive instead of timing out.
+	ClientTimeout time.Duration
 	// NoProgress leaves out the progress checker, which Register adds to
 	// every scenario: for one whose every operation is meant to be refused.
 	NoProgress bool
