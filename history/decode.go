@@ -2,6 +2,7 @@ package history
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"unicode"
@@ -252,7 +253,70 @@ func isBlank(b []byte) bool {
 // ReadAll decodes every record of r. On error it returns the records before
 // the bad one.
 func ReadAll(r io.Reader) ([]Op, error) {
+	lines, err := countLines(r)
+	if err != nil {
+		return nil, err
+	}
 	d := NewDecoder(r)
+	if lines > 0 {
+		// One slice of the right size: no chunks to copy, no fresh memory
+		// touched twice (page faults cost more than decoding here).
+		ops := make([]Op, 0, lines)
+		for {
+			if len(ops) == cap(ops) {
+				break // the input grew: go on in chunks
+			}
+			ops = ops[:len(ops)+1]
+			if err := d.Decode(&ops[len(ops)-1]); err != nil {
+				ops = ops[:len(ops)-1]
+				if err == io.EOF {
+					err = nil
+				}
+				return ops, err
+			}
+		}
+		rest, err := readChunks(d)
+		return append(ops, rest...), err
+	}
+	return readChunks(d)
+}
+
+// countLines returns the number of lines left in r, or 0 when r cannot be
+// read twice (it is not a Seeker: a pipe, a network stream), having
+// counted them and gone back to where r was.
+func countLines(r io.Reader) (int, error) {
+	s, ok := r.(io.ReadSeeker)
+	if !ok {
+		return 0, nil
+	}
+	start, err := s.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return 0, nil // e.g. a pipe as an *os.File
+	}
+	buf := make([]byte, 256<<10)
+	lines := 1 // a last line without '\n'
+	var rerr error
+	for {
+		n, err := s.Read(buf)
+		lines += bytes.Count(buf[:n], []byte{'\n'})
+		if err != nil {
+			if err != io.EOF {
+				rerr = err
+			}
+			break
+		}
+	}
+	if _, err := s.Seek(start, io.SeekStart); err != nil {
+		return 0, fmt.Errorf("history: going back after counting lines: %w", err)
+	}
+	if rerr != nil {
+		return 0, nil // let the decoder meet the error where it is
+	}
+	return lines, nil
+}
+
+// readChunks decodes the rest of d's input.
+func readChunks(d *Decoder) ([]Op, error) {
 	// Fill fixed-size chunks and copy once at the end: growing one slice of
 	// large structs by doubling costs more than decoding them.
 	var chunks [][]Op
