@@ -177,7 +177,11 @@ func (d *Decoder) Line() int { return d.line }
 // Decode reads the next record into op. It returns io.EOF after the last
 // record, an *Error for a malformed record, or the reader's error. Errors are
 // sticky. Blank lines are skipped.
-func (d *Decoder) Decode(op *Op) error {
+func (d *Decoder) Decode(op *Op) error { return d.decode(op, true) }
+
+// decode is Decode; clear false: op is already zero (a slot of a new slice,
+// which ReadAll fills without writing it twice).
+func (d *Decoder) decode(op *Op, clear bool) error {
 	if d.err != nil {
 		return d.err
 	}
@@ -199,7 +203,9 @@ func (d *Decoder) Decode(op *Op) error {
 		if isBlank(line) {
 			continue
 		}
-		*op = Op{}
+		if clear {
+			*op = Op{}
+		}
 		d.pos = [nFields]int{}
 		if e := d.parse(line, op); e != nil {
 			d.err = &Error{Line: d.line, Column: e.col + 1, Msg: e.msg}
@@ -262,12 +268,13 @@ func ReadAll(r io.Reader) ([]Op, error) {
 		// One slice of the right size: no chunks to copy, no fresh memory
 		// touched twice (page faults cost more than decoding here).
 		ops := make([]Op, 0, lines)
+		adviseHugePages(ops)
 		for {
 			if len(ops) == cap(ops) {
 				break // the input grew: go on in chunks
 			}
 			ops = ops[:len(ops)+1]
-			if err := d.Decode(&ops[len(ops)-1]); err != nil {
+			if err := d.decode(&ops[len(ops)-1], false); err != nil {
 				ops = ops[:len(ops)-1]
 				if err == io.EOF {
 					err = nil
@@ -329,7 +336,7 @@ func readChunks(d *Decoder) ([]Op, error) {
 			cur = make([]Op, 0, min(2*cap(cur), 64<<10))
 		}
 		cur = cur[:len(cur)+1]
-		if err = d.Decode(&cur[len(cur)-1]); err != nil {
+		if err = d.decode(&cur[len(cur)-1], false); err != nil {
 			cur = cur[:len(cur)-1]
 			break
 		}
@@ -342,6 +349,7 @@ func readChunks(d *Decoder) ([]Op, error) {
 		return cur, err
 	}
 	ops := make([]Op, 0, total)
+	adviseHugePages(ops)
 	for _, c := range chunks {
 		ops = append(ops, c...)
 	}
@@ -354,7 +362,7 @@ func Read(r io.Reader) (*History, error) {
 	if err != nil {
 		return nil, err
 	}
-	return build(ops), nil
+	return build(ops, true), nil
 }
 
 // ParseRecord parses one line into op without the history-level checks (the
