@@ -147,9 +147,9 @@ func reusedTokens(h *history.History, key string, idx []int, c *collector, owner
 		op    *history.Operation
 		owner string
 	}
-	first := map[int64]write{}
+	first := make(map[int64]write, len(idx))
 	var oks []int
-	owners := map[int]string{}
+	owners := make(map[int]string, len(idx))
 	for _, k := range idx {
 		if op := &h.Ops[k]; op.Type == history.OK && op.Token > 0 {
 			if o := ownerOf(op); o != "" {

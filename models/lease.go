@@ -61,8 +61,14 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 		sEnd    int64
 		hasSpan bool
 	}
-	var owners []owner
-	byOwner := map[ownerKey]int{}
+	nAcq := 0
+	for k := range h.Ops {
+		if m, _ := acquireMode(h.Ops[k].F); m == modeExclusive && h.Ops[k].Type != history.Fail {
+			nAcq++
+		}
+	}
+	owners := make([]owner, 0, nAcq)
+	byOwner := make(map[ownerKey]int, nAcq)
 	byProc := map[procKey]int{}
 	kids := lockIDs{}
 	kidOf := kids.of
