@@ -279,7 +279,9 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 		for _, n := range list {
 			ow := &owners[n]
 			a := &h.Ops[ow.acq]
-			check := func(op *history.Operation, from, to int64, what string) {
+			// check: a grant (op is the acquisition) or a proof needs an
+			// instant in [from, to] outside the others' certain spans.
+			check := func(op *history.Operation, from, to int64) {
 				if from > to {
 					return
 				}
@@ -293,17 +295,21 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 					c.skip(KindOwnerConflict, oa, a, op)
 					return
 				}
+				what := "grant"
+				if op != a {
+					what = fmt.Sprintf("%s answered %s", op.F, answer(op))
+				}
 				c.fail(KindOwnerConflict, ow.id.String(), fmt.Sprintf("%s of %s in [%s, %s] while %s certainly held the lock [%s, %s)",
 					what, ownerName(ow), fmtT(from), fmtT(to), ownerName(ot), fmtT(ot.sStart), fmtT(ot.sEnd)), oa, a, op)
 			}
 			if a.Type == history.OK {
-				check(a, a.T, a.Return, "grant")
+				check(a, a.T, a.Return)
 			}
 			for _, k := range ow.ops {
 				op := &h.Ops[k]
 				switch {
 				case proves(op):
-					check(op, max(op.T, a.T), op.Return, fmt.Sprintf("%s answered %s", op.F, answer(op)))
+					check(op, max(op.T, a.T), op.Return)
 				case denies(op) && ow.hasSpan && ow.sStart <= op.T && op.Return < ow.sEnd:
 					if c.full(KindWronglyDenied) {
 						c.skip(KindWronglyDenied, a, op)
