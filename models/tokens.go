@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -456,21 +457,20 @@ func tokenSweep(h *history.History, idx []int, dense bool) *tokenViolation {
 		sufMin[j] = min(sufMin[j+1], h.Ops[oks[j]].Return)
 	}
 	slices.Sort(infoCalls)
-	avail := int64(len(infoCalls))
-	var missing int64 // tokens missing so far
+	var missing int64 // tokens missing so far (saturating)
 	eligible := 0     // info acquisitions invoked no later than sufMin[j]
 	for j := 1; j < len(oks); j++ {
 		prev, op := &h.Ops[oks[j-1]], &h.Ops[oks[j]]
 		gap := op.Token - prev.Token - 1
-		if gap < 0 || gap > avail { // gap < 0: the difference overflowed
-			gap = avail + 1
+		if gap < 0 { // the difference overflowed
+			gap = math.MaxInt64
 		}
-		missing = min(missing+gap, avail+1)
+		missing = addSat(missing, gap)
 		for eligible < len(infoCalls) && infoCalls[eligible] <= sufMin[j] {
 			eligible++
 		}
 		if missing > int64(eligible) {
-			return &tokenViolation{fmt.Sprintf("tokens missing between %d and %d: %d token(s) missing up to %d, and only %d info acquisition(s) were invoked by %s, in time to have consumed one",
+			return &tokenViolation{fmt.Sprintf("tokens missing between %d and %d: %d token(s) missing up to %d, and only %d info acquisition(s) invoked by %s, in time to have consumed one",
 				prev.Token, op.Token, missing, op.Token, eligible, fmtT(sufMin[j])), []*history.Operation{prev, op}}
 		}
 	}
