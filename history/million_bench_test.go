@@ -27,14 +27,3 @@ func BenchmarkReadMillionLines(b *testing.B) {
 		}
 	}
 }
-
-func BenchmarkReadAllMillionLines(b *testing.B) {
-	data := millionLines()
-	b.SetBytes(int64(len(data)))
-	b.ResetTimer()
-	for k := 0; k < b.N; k++ {
-		if _, err := history.ReadAll(bytes.NewReader(data)); err != nil {
-			b.Fatal(err)
-		}
-	}
-}

@@ -239,7 +239,7 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 		list := byID[kid]
 		// Spans sorted by start, with the two furthest ends (of different
 		// owners) among each prefix.
-		var spans []int
+		spans := make([]int, 0, len(list))
 		for _, n := range list {
 			if owners[n].hasSpan {
 				spans = append(spans, n)

@@ -157,7 +157,7 @@ func modelName(o Options) string {
 
 // directTokenCheck checks one key's acquisitions (indices into h.Ops).
 func directTokenCheck(h *history.History, key string, idx []int, c *collector) {
-	var oks []int
+	oks := make([]int, 0, len(idx))
 	for _, k := range idx {
 		op := &h.Ops[k]
 		if op.Type != history.OK {
@@ -416,7 +416,7 @@ type tokenViolation struct {
 // TestTokenSweepMatchesPorcupine compares both on random histories with info
 // acquisitions, duplicates and regressions.
 func tokenSweep(h *history.History, idx []int, dense bool) *tokenViolation {
-	var oks []int
+	oks := make([]int, 0, len(idx))
 	var infoCalls []int64
 	for _, k := range idx {
 		if op := &h.Ops[k]; op.Type == history.OK {
