@@ -78,7 +78,19 @@ func CheckTokenOrder(h *history.History, o Options) Result {
 				r.Summary += " (" + note + ")"
 			}
 		} else {
-			r.Summary += fmt.Sprintf(" (no visualization: key %q has %d acquisitions, more than %d)", failing[0], size, o.VisualizeLimit)
+			var groups [][]*history.Operation
+			for k := range c.evidence {
+				if e := &c.evidence[k]; e.Key == failing[0] {
+					var around []*history.Operation
+					for n := range e.Ops {
+						around = append(around, &e.Ops[n])
+					}
+					groups = append(groups, around)
+				}
+			}
+			viz, note := porcupineWindow(h, failing[0], byKey[failing[0]], groups, o)
+			r.Visualization = viz
+			r.Summary += " (" + note + ")"
 		}
 		r.Elapsed = time.Since(start)
 		return r
@@ -87,6 +99,8 @@ func CheckTokenOrder(h *history.History, o Options) Result {
 	// Large keys: the sweep decides.
 	var small []string
 	swept := make(map[string]*tokenViolation)
+	var windowViz []byte // of the first large key the sweep fails
+	var windowNote string
 	for _, key := range keys {
 		v := tokenSweep(h, byKey[key], o.DenseTokens)
 		if len(byKey[key]) <= o.VisualizeLimit {
@@ -96,14 +110,22 @@ func CheckTokenOrder(h *history.History, o Options) Result {
 		}
 		if v != nil {
 			c.fail(KindNotLinearizable, key, "not linearizable with the "+modelName(o)+": "+v.msg, v.ops...)
+			if windowViz == nil && windowNote == "" {
+				windowViz, windowNote = porcupineWindow(h, key, byKey[key], [][]*history.Operation{v.ops}, o)
+			}
 		}
 	}
-	var viz []byte
+	viz := windowViz
 	var notes []string
+	if windowNote != "" {
+		notes = append(notes, windowNote)
+	}
 	porcupineVerdict := ""
 	if len(small) > 0 {
 		res, pviz, note := porcupineTokens(h, byKey, small, o)
-		viz = pviz
+		if pviz != nil {
+			viz = pviz
+		}
 		if note != "" {
 			notes = append(notes, note)
 		}
@@ -475,4 +497,42 @@ func tokenSweep(h *history.History, idx []int, dense bool) *tokenViolation {
 		}
 	}
 	return nil
+}
+
+// porcupineWindow draws porcupine's visualization of a window of at most
+// VisualizeLimit acquisitions of a key too large to draw whole (idx, in
+// invocation order), around the operations of a violation: the first of
+// groups (the evidence's operations) that fits in one. It draws only when
+// porcupine finds the window itself not linearizable: a violation that needs
+// acquisitions outside the window (a dense counter's missing tokens that
+// info acquisitions before the window would have explained but for earlier
+// gaps) is not drawn. The note says what was drawn, or why nothing was.
+func porcupineWindow(h *history.History, key string, idx []int, groups [][]*history.Operation, o Options) ([]byte, string) {
+	none := fmt.Sprintf("no visualization: key %q has %d acquisitions, more than %d", key, len(idx), o.VisualizeLimit)
+	for _, around := range groups {
+		lo, hi := len(idx), -1
+		for _, op := range around {
+			// idx is in invocation order, as History.Ops, numbered by I.
+			p, found := slices.BinarySearchFunc(idx, op.I, func(k int, i int64) int { return cmp.Compare(h.Ops[k].I, i) })
+			if found {
+				lo, hi = min(lo, p), max(hi, p)
+			}
+		}
+		if hi < 0 || hi-lo+1 > o.VisualizeLimit {
+			continue
+		}
+		from := max(0, lo-(o.VisualizeLimit-(hi-lo+1))/2)
+		to := min(len(idx), from+o.VisualizeLimit)
+		from = max(0, to-o.VisualizeLimit)
+		sub := idx[from:to]
+		res, viz, _ := porcupineTokens(h, map[string][]int{key: sub}, []string{key}, o)
+		switch {
+		case res == porcupine.Ok:
+			return nil, none + "; the window of it around the violation is linearizable alone"
+		case res != porcupine.Illegal || viz == nil:
+			return nil, none + "; porcupine timed out on the window of it around the violation"
+		}
+		return viz, fmt.Sprintf("visualization of %d of key %q's %d acquisitions, around the violation", len(sub), key, len(idx))
+	}
+	return nil, none
 }

@@ -1,6 +1,7 @@
 package models
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -298,5 +299,57 @@ func TestTokenSweepExtremes(t *testing.T) {
 	h = new(builder).ok(1, 0, 10, acq("k", 1, 100)).ok(3, 20, 30, acq("k", 7, 100)).build(t)
 	if v := tokenSweep(h, tokenKeys(h)["k"], true); v == nil || !strings.Contains(v.msg, "5 token(s) missing up to 7, and only 0 info") {
 		t.Errorf("dense gap: %+v", v)
+	}
+}
+
+// TestTokenOrderWindowVisualization: a violation on a key too large to draw
+// is drawn in a window of VisualizeLimit acquisitions around it, when the
+// window alone is not linearizable (a regression; a dense gap no info
+// acquisition in the window explains), and not drawn when it is.
+func TestTokenOrderWindowVisualization(t *testing.T) {
+	seqHistory := func(tokens []int64, info int64) *history.History {
+		b := new(builder)
+		for i, tok := range tokens {
+			b.ok(i+1, 100*int64(i), 100*int64(i)+10, acq("k", tok, 100))
+		}
+		if info >= 0 {
+			b.info(99, info, -1, acq("k", 0, 100))
+		}
+		return b.build(t)
+	}
+	var regress []int64
+	for i := int64(1); i <= 30; i++ {
+		regress = append(regress, i)
+	}
+	regress[20] = 3 // after 20: token 3 again, granted twice and regressed
+	r := CheckTokenOrder(seqHistory(regress, -1), Options{VisualizeLimit: 6})
+	expect(t, r, Fail, "visualization of 6 of key \"k\"'s 30 acquisitions, around the violation")
+	if !bytes.Contains(r.Visualization, []byte("<html")) {
+		t.Errorf("no visualization: %s", describe(r))
+	}
+	// Dense: tokens 1..10, 12..20, 22..30; one info acquisition.
+	var gaps []int64
+	for i := int64(1); i <= 30; i++ {
+		if i != 11 && i != 21 {
+			gaps = append(gaps, i)
+		}
+	}
+	// Invoked early, the info acquisition explains the first gap only and
+	// is outside the window: the window alone is not linearizable.
+	r = CheckTokenOrder(seqHistory(gaps, 15), Options{DenseTokens: true, VisualizeLimit: 6})
+	expect(t, r, Fail, "tokens missing between 20 and 22", "visualization of 6 of key")
+	if r.Visualization == nil {
+		t.Errorf("no visualization: %s", describe(r))
+	}
+	// Tokens 1..10, 12, 13, 15..: an info acquisition invoked at 1005
+	// explains the first gap (10 to 12) and nothing else, but a window of 4
+	// around the second (13 to 15) holds it and not the first gap: drawn
+	// alone, the window is linearizable, so nothing is drawn and the note
+	// says why.
+	gaps = []int64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 13, 15, 16, 17, 18, 19, 20}
+	r = CheckTokenOrder(seqHistory(gaps, 1005), Options{DenseTokens: true, VisualizeLimit: 4})
+	expect(t, r, Fail, "tokens missing between 13 and 15", "the window of it around the violation is linearizable alone")
+	if r.Visualization != nil {
+		t.Error("a visualization of a linearizable window")
 	}
 }
