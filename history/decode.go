@@ -2,6 +2,7 @@ package history
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"unicode"
@@ -176,7 +177,11 @@ func (d *Decoder) Line() int { return d.line }
 // Decode reads the next record into op. It returns io.EOF after the last
 // record, an *Error for a malformed record, or the reader's error. Errors are
 // sticky. Blank lines are skipped.
-func (d *Decoder) Decode(op *Op) error {
+func (d *Decoder) Decode(op *Op) error { return d.decode(op, true) }
+
+// decode is Decode; clear false: op is already zero (a slot of a new slice,
+// which ReadAll fills without writing it twice).
+func (d *Decoder) decode(op *Op, clear bool) error {
 	if d.err != nil {
 		return d.err
 	}
@@ -198,7 +203,9 @@ func (d *Decoder) Decode(op *Op) error {
 		if isBlank(line) {
 			continue
 		}
-		*op = Op{}
+		if clear {
+			*op = Op{}
+		}
 		d.pos = [nFields]int{}
 		if e := d.parse(line, op); e != nil {
 			d.err = &Error{Line: d.line, Column: e.col + 1, Msg: e.msg}
@@ -252,7 +259,71 @@ func isBlank(b []byte) bool {
 // ReadAll decodes every record of r. On error it returns the records before
 // the bad one.
 func ReadAll(r io.Reader) ([]Op, error) {
+	lines, err := countLines(r)
+	if err != nil {
+		return nil, err
+	}
 	d := NewDecoder(r)
+	if lines > 0 {
+		// One slice of the right size: no chunks to copy, no fresh memory
+		// touched twice (page faults cost more than decoding here).
+		ops := make([]Op, 0, lines)
+		adviseHugePages(ops)
+		for {
+			if len(ops) == cap(ops) {
+				break // the input grew: go on in chunks
+			}
+			ops = ops[:len(ops)+1]
+			if err := d.decode(&ops[len(ops)-1], false); err != nil {
+				ops = ops[:len(ops)-1]
+				if err == io.EOF {
+					err = nil
+				}
+				return ops, err
+			}
+		}
+		rest, err := readChunks(d)
+		return append(ops, rest...), err
+	}
+	return readChunks(d)
+}
+
+// countLines returns the number of lines left in r, or 0 when r cannot be
+// read twice (it is not a Seeker: a pipe, a network stream), having
+// counted them and gone back to where r was.
+func countLines(r io.Reader) (int, error) {
+	s, ok := r.(io.ReadSeeker)
+	if !ok {
+		return 0, nil
+	}
+	start, err := s.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return 0, nil // e.g. a pipe as an *os.File
+	}
+	buf := make([]byte, 256<<10)
+	lines := 1 // a last line without '\n'
+	var rerr error
+	for {
+		n, err := s.Read(buf)
+		lines += bytes.Count(buf[:n], []byte{'\n'})
+		if err != nil {
+			if err != io.EOF {
+				rerr = err
+			}
+			break
+		}
+	}
+	if _, err := s.Seek(start, io.SeekStart); err != nil {
+		return 0, fmt.Errorf("history: going back after counting lines: %w", err)
+	}
+	if rerr != nil {
+		return 0, nil // let the decoder meet the error where it is
+	}
+	return lines, nil
+}
+
+// readChunks decodes the rest of d's input.
+func readChunks(d *Decoder) ([]Op, error) {
 	// Fill fixed-size chunks and copy once at the end: growing one slice of
 	// large structs by doubling costs more than decoding them.
 	var chunks [][]Op
@@ -265,7 +336,7 @@ func ReadAll(r io.Reader) ([]Op, error) {
 			cur = make([]Op, 0, min(2*cap(cur), 64<<10))
 		}
 		cur = cur[:len(cur)+1]
-		if err = d.Decode(&cur[len(cur)-1]); err != nil {
+		if err = d.decode(&cur[len(cur)-1], false); err != nil {
 			cur = cur[:len(cur)-1]
 			break
 		}
@@ -278,6 +349,7 @@ func ReadAll(r io.Reader) ([]Op, error) {
 		return cur, err
 	}
 	ops := make([]Op, 0, total)
+	adviseHugePages(ops)
 	for _, c := range chunks {
 		ops = append(ops, c...)
 	}
@@ -290,7 +362,7 @@ func Read(r io.Reader) (*History, error) {
 	if err != nil {
 		return nil, err
 	}
-	return build(ops), nil
+	return build(ops, true), nil
 }
 
 // ParseRecord parses one line into op without the history-level checks (the

@@ -309,13 +309,17 @@ func New(records []Op) (*History, error) {
 			return nil, &Error{Line: k + 1, Msg: e.msg}
 		}
 	}
-	return build(records), nil
+	return build(records, false), nil
 }
 
-// build pairs the records of a history already checked by a validator.
-func build(records []Op) *History {
+// build pairs the records of a history already checked by a validator;
+// huge: its operations may be put in huge pages (adviseHugePages).
+func build(records []Op, huge bool) *History {
 	h := &History{Records: records}
 	ops := make([]Operation, 0, len(records)/2+1)
+	if huge {
+		adviseHugePages(ops)
+	}
 	pending := make(map[int]int) // process → index in ops
 	for k := range records {
 		r := &records[k]

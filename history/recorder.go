@@ -139,7 +139,7 @@ func (r *Recorder) Records() []Op {
 // History returns the history so far, paired. Operations still in flight are
 // Info operations that never completed.
 func (r *Recorder) History() *History {
-	return build(r.Records())
+	return build(r.Records(), false)
 }
 
 // WriteTo writes the records so far as JSONL to w.

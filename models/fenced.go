@@ -87,19 +87,25 @@ func writerOwners(h *history.History) func(op *history.Operation) string {
 		token int64
 		owner string
 	}
-	byProc := map[int][]grant{}
-	for k := range h.Ops {
-		op := &h.Ops[k]
-		if isTokenAcquire(op.F) && op.Type == history.OK && op.Owner != "" && op.Token > 0 {
-			byProc[op.Process] = append(byProc[op.Process], grant{op.Return, op.Token, op.Owner})
+	var byProc map[int][]grant // built on the first write without an owner
+	index := func() {
+		byProc = map[int][]grant{}
+		for k := range h.Ops {
+			op := &h.Ops[k]
+			if isTokenAcquire(op.F) && op.Type == history.OK && op.Owner != "" && op.Token > 0 {
+				byProc[op.Process] = append(byProc[op.Process], grant{op.Return, op.Token, op.Owner})
+			}
 		}
-	}
-	for _, gs := range byProc {
-		slices.SortStableFunc(gs, func(a, b grant) int { return cmp.Compare(a.ret, b.ret) })
+		for _, gs := range byProc {
+			slices.SortStableFunc(gs, func(a, b grant) int { return cmp.Compare(a.ret, b.ret) })
+		}
 	}
 	return func(op *history.Operation) string {
 		if op.Owner != "" {
 			return op.Owner
+		}
+		if byProc == nil {
+			index()
 		}
 		gs := byProc[op.Process]
 		n := sort.Search(len(gs), func(n int) bool { return gs[n].ret > op.T })
@@ -114,7 +120,7 @@ func writerOwners(h *history.History) func(op *history.Operation) string {
 // time: a write numbered after another although it completed before that
 // other was invoked. Such numbers cannot be an apply order.
 func seqMatchesRealTime(h *history.History, key string, idx []int, c *collector) {
-	var seq []int
+	seq := make([]int, 0, len(idx))
 	for _, k := range idx {
 		if h.Ops[k].Type != history.Info {
 			seq = append(seq, k)
@@ -147,20 +153,22 @@ func reusedTokens(h *history.History, key string, idx []int, c *collector, owner
 		op    *history.Operation
 		owner string
 	}
-	first := map[int64]write{}
-	var oks []int
-	owners := map[int]string{}
+	type ownedWrite struct {
+		k     int
+		owner string
+	}
+	first := make(map[int64]write, len(idx))
+	oks := make([]ownedWrite, 0, len(idx))
 	for _, k := range idx {
 		if op := &h.Ops[k]; op.Type == history.OK && op.Token > 0 {
 			if o := ownerOf(op); o != "" {
-				oks = append(oks, k)
-				owners[k] = o
+				oks = append(oks, ownedWrite{k, o})
 			}
 		}
 	}
-	slices.SortStableFunc(oks, func(a, b int) int { return cmp.Compare(h.Ops[a].Return, h.Ops[b].Return) })
-	for _, k := range oks {
-		op, owner := &h.Ops[k], owners[k]
+	slices.SortStableFunc(oks, func(a, b ownedWrite) int { return cmp.Compare(h.Ops[a.k].Return, h.Ops[b.k].Return) })
+	for _, w := range oks {
+		op, owner := &h.Ops[w.k], w.owner
 		prev, seen := first[op.Token]
 		switch {
 		case !seen:
@@ -222,7 +230,7 @@ type infoIndex struct {
 }
 
 func newInfoIndex(h *history.History, idx []int, include func(*history.Operation) bool) infoIndex {
-	var sel []int
+	sel := make([]int, 0, len(idx))
 	for _, k := range idx {
 		if include(&h.Ops[k]) {
 			sel = append(sel, k)
@@ -250,7 +258,7 @@ func (ix infoIndex) maxBy(t int64) int64 {
 }
 
 func fencedBySeq(h *history.History, key string, idx []int, c *collector) {
-	var seq []int
+	seq := make([]int, 0, len(idx))
 	for _, k := range idx {
 		if h.Ops[k].Type != history.Info {
 			seq = append(seq, k)
@@ -290,7 +298,7 @@ func fencedBySeq(h *history.History, key string, idx []int, c *collector) {
 }
 
 func fencedRealTime(h *history.History, key string, idx []int, c *collector) {
-	var oks []int
+	oks := make([]int, 0, len(idx))
 	for _, k := range idx {
 		if h.Ops[k].Type == history.OK {
 			oks = append(oks, k)

@@ -99,7 +99,13 @@ type procKey struct {
 // given modes), matching releases and renewals to holders by (key, owner)
 // when the release carries an owner, else by (key, process).
 func buildHolds(h *history.History, drift int64, want func(mode) bool) *holdSet {
-	hs := &holdSet{}
+	n := 0
+	for k := range h.Ops {
+		if m, _ := acquireMode(h.Ops[k].F); m != modeNone && h.Ops[k].Type == history.OK && want(m) {
+			n++
+		}
+	}
+	hs := &holdSet{holds: make([]hold, 0, n)}
 	byOwner := make(map[ownerKey]int)
 	byProc := make(map[procKey]int)
 	kids := lockIDs{}

@@ -61,8 +61,14 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 		sEnd    int64
 		hasSpan bool
 	}
-	var owners []owner
-	byOwner := map[ownerKey]int{}
+	nAcq := 0
+	for k := range h.Ops {
+		if m, _ := acquireMode(h.Ops[k].F); m == modeExclusive && h.Ops[k].Type != history.Fail {
+			nAcq++
+		}
+	}
+	owners := make([]owner, 0, nAcq)
+	byOwner := make(map[ownerKey]int, nAcq)
 	byProc := map[procKey]int{}
 	kids := lockIDs{}
 	kidOf := kids.of
@@ -233,7 +239,7 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 		list := byID[kid]
 		// Spans sorted by start, with the two furthest ends (of different
 		// owners) among each prefix.
-		var spans []int
+		spans := make([]int, 0, len(list))
 		for _, n := range list {
 			if owners[n].hasSpan {
 				spans = append(spans, n)
@@ -273,7 +279,9 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 		for _, n := range list {
 			ow := &owners[n]
 			a := &h.Ops[ow.acq]
-			check := func(op *history.Operation, from, to int64, what string) {
+			// check: a grant (op is the acquisition) or a proof needs an
+			// instant in [from, to] outside the others' certain spans.
+			check := func(op *history.Operation, from, to int64) {
 				if from > to {
 					return
 				}
@@ -287,17 +295,21 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 					c.skip(KindOwnerConflict, oa, a, op)
 					return
 				}
+				what := "grant"
+				if op != a {
+					what = fmt.Sprintf("%s answered %s", op.F, answer(op))
+				}
 				c.fail(KindOwnerConflict, ow.id.String(), fmt.Sprintf("%s of %s in [%s, %s] while %s certainly held the lock [%s, %s)",
 					what, ownerName(ow), fmtT(from), fmtT(to), ownerName(ot), fmtT(ot.sStart), fmtT(ot.sEnd)), oa, a, op)
 			}
 			if a.Type == history.OK {
-				check(a, a.T, a.Return, "grant")
+				check(a, a.T, a.Return)
 			}
 			for _, k := range ow.ops {
 				op := &h.Ops[k]
 				switch {
 				case proves(op):
-					check(op, max(op.T, a.T), op.Return, fmt.Sprintf("%s answered %s", op.F, answer(op)))
+					check(op, max(op.T, a.T), op.Return)
 				case denies(op) && ow.hasSpan && ow.sStart <= op.T && op.Return < ow.sEnd:
 					if c.full(KindWronglyDenied) {
 						c.skip(KindWronglyDenied, a, op)

@@ -54,7 +54,8 @@ func Checkers() []Checker {
 		{
 			Name: "token-order",
 			Doc: "acquire, acquire_wait with token: tokens positive, unique, increasing in real-time order;\n" +
-				"sort+sweep, then porcupine (monotonic counter per key; info acquisitions may consume one).",
+				"a sort+sweep decides the monotonic (or --dense-tokens) counter model per key, info acquisitions\n" +
+				"may consume one; porcupine also decides (and draws) keys of at most 5000 acquisitions.",
 			Applies: func(h *history.History) bool {
 				return hasOp(h, func(op *history.Operation) bool { return isTokenAcquire(op.F) && op.Token != 0 })
 			},

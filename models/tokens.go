@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -22,13 +23,20 @@ func isTokenAcquire(f string) bool { return f == history.FAcquire || f == histor
 //
 // A direct check runs first (O(n log n): sort by token for uniqueness, sort
 // by completion with a running maximum for real-time order) and gives the
-// evidence. Then porcupine checks the same history against a monotonic
-// counter model, partitioned by key, fail acquisitions dropped, info ones
-// given a return at the end of the history and an output the model accepts
-// in any state (they may or may not have consumed a token). With
-// Options.DenseTokens the model is a counter incremented exactly once per
-// grant, so tokens must be consecutive except where info acquisitions may
-// have consumed one. A porcupine timeout gives UNKNOWN, never PASS.
+// evidence. Then each key's acquisitions are checked against a monotonic
+// counter model, fail acquisitions dropped, info ones given a return at the
+// end of the history and an output the model accepts in any state (they may
+// or may not have consumed a token). With Options.DenseTokens the model is a
+// counter incremented exactly once per grant, so tokens must be consecutive
+// except where info acquisitions may have consumed one.
+//
+// The model check is a sweep (tokenSweep, O(n log n)) that decides exactly
+// what porcupine decides on these models. Porcupine runs too, partitioned
+// by key, on the keys with at most Options.VisualizeLimit acquisitions: it
+// gives the verdict there (as the sweep's cross-check) and draws the
+// visualization. On larger keys it would add no power, only time (its
+// search is quadratic on one key), and nothing could be drawn: the sweep
+// alone decides them. A porcupine timeout gives UNKNOWN, never PASS.
 func CheckTokenOrder(h *history.History, o Options) Result {
 	start := time.Now()
 	o = o.withDefaults()
@@ -70,24 +78,93 @@ func CheckTokenOrder(h *history.History, o Options) Result {
 				r.Summary += " (" + note + ")"
 			}
 		} else {
-			r.Summary += fmt.Sprintf(" (no visualization: key %q has %d acquisitions, more than %d)", failing[0], size, o.VisualizeLimit)
-		}
-	} else {
-		res, viz, note := porcupineTokens(h, byKey, keys, o)
-		switch res {
-		case porcupine.Ok:
-			r = c.result("token-order", n, fmt.Sprintf("%d acquisitions on %d keys: tokens unique and increasing in real-time order (porcupine: linearizable)", n, len(keys)))
-		case porcupine.Illegal:
-			c.fail(KindNotLinearizable, "", "porcupine: not linearizable with the "+modelName(o)+" (see the visualization)")
-			r = c.result("token-order", n, "")
-		default:
-			c.undecided("", fmt.Sprintf("porcupine timed out after %v; the direct check found no violation", o.Timeout))
-			r = c.result("token-order", n, "")
-		}
-		r.Visualization = viz
-		if note != "" {
+			var groups [][]*history.Operation
+			for k := range c.evidence {
+				if e := &c.evidence[k]; e.Key == failing[0] {
+					var around []*history.Operation
+					for n := range e.Ops {
+						around = append(around, &e.Ops[n])
+					}
+					groups = append(groups, around)
+				}
+			}
+			viz, note := porcupineWindow(h, failing[0], byKey[failing[0]], groups, o)
+			r.Visualization = viz
 			r.Summary += " (" + note + ")"
 		}
+		r.Elapsed = time.Since(start)
+		return r
+	}
+	// Small keys: porcupine decides (and draws); the sweep cross-checks.
+	// Large keys: the sweep decides.
+	var small []string
+	swept := make(map[string]*tokenViolation)
+	var windowViz []byte // of the first large key the sweep fails
+	var windowNote string
+	for _, key := range keys {
+		v := tokenSweep(h, byKey[key], o.DenseTokens)
+		if len(byKey[key]) <= o.VisualizeLimit {
+			small = append(small, key)
+			swept[key] = v
+			continue
+		}
+		if v != nil {
+			c.fail(KindNotLinearizable, key, "not linearizable with the "+modelName(o)+": "+v.msg, v.ops...)
+			if windowViz == nil && windowNote == "" {
+				windowViz, windowNote = porcupineWindow(h, key, byKey[key], [][]*history.Operation{v.ops}, o)
+			}
+		}
+	}
+	viz := windowViz
+	var notes []string
+	if windowNote != "" {
+		notes = append(notes, windowNote)
+	}
+	porcupineVerdict := ""
+	if len(small) > 0 {
+		res, pviz, note := porcupineTokens(h, byKey, small, o)
+		if pviz != nil {
+			viz = pviz
+		}
+		if note != "" {
+			notes = append(notes, note)
+		}
+		sweepFound := ""
+		for _, key := range small {
+			if v := swept[key]; v != nil && sweepFound == "" {
+				sweepFound = fmt.Sprintf("key %q: %s", key, v.msg)
+			}
+		}
+		switch res {
+		case porcupine.Ok:
+			porcupineVerdict = "porcupine: linearizable"
+			if sweepFound != "" {
+				c.undecided("", "porcupine finds the acquisitions linearizable but the sweep does not ("+sweepFound+"): a checker bug")
+			}
+		case porcupine.Illegal:
+			c.fail(KindNotLinearizable, "", "porcupine: not linearizable with the "+modelName(o)+" (see the visualization)")
+			if sweepFound == "" {
+				notes = append(notes, "the sweep found no violation: a checker bug")
+			}
+		default:
+			msg := fmt.Sprintf("porcupine timed out after %v; the direct check found no violation", o.Timeout)
+			if sweepFound != "" {
+				msg += "; the sweep finds " + sweepFound
+			}
+			c.undecided("", msg)
+		}
+	}
+	if big := len(keys) - len(small); big > 0 {
+		notes = append(notes, fmt.Sprintf("%d key(s) with more than %d acquisitions decided by the sweep alone", big, o.VisualizeLimit))
+	}
+	pass := fmt.Sprintf("%d acquisitions on %d keys: tokens unique and increasing in real-time order", n, len(keys))
+	if porcupineVerdict != "" {
+		pass += " (" + porcupineVerdict + ")"
+	}
+	r = c.result("token-order", n, pass)
+	r.Visualization = viz
+	for _, note := range notes {
+		r.Summary += " (" + note + ")"
 	}
 	r.Elapsed = time.Since(start)
 	return r
@@ -102,7 +179,7 @@ func modelName(o Options) string {
 
 // directTokenCheck checks one key's acquisitions (indices into h.Ops).
 func directTokenCheck(h *history.History, key string, idx []int, c *collector) {
-	var oks []int
+	oks := make([]int, 0, len(idx))
 	for _, k := range idx {
 		op := &h.Ops[k]
 		if op.Type != history.OK {
@@ -242,17 +319,13 @@ func partitionByKey(ops []porcupine.Operation) [][]porcupine.Operation {
 	return parts
 }
 
-// porcupineTokens runs porcupine on the acquisitions of keys. It returns the
-// result, the visualization when the result is not Ok (if small enough), and
-// a note on what was or was not drawn.
-func porcupineTokens(h *history.History, byKey map[string][]int, keys []string, o Options) (porcupine.CheckResult, []byte, string) {
-	model := tokenModel(h, o)
+// tokenOperations are porcupine's operations for the acquisitions of keys:
+// info ones return at the end of the history + 1, with an unknown output.
+func tokenOperations(h *history.History, byKey map[string][]int, keys []string) []porcupine.Operation {
 	end := h.End + 1
 	clients := make(map[int]int)
 	var ops []porcupine.Operation
-	var sizes []int
 	for _, key := range keys {
-		sizes = append(sizes, len(byKey[key]))
 		for _, k := range byKey[key] {
 			op := &h.Ops[k]
 			cid, ok := clients[op.Process]
@@ -267,6 +340,19 @@ func porcupineTokens(h *history.History, byKey map[string][]int, keys []string, 
 			}
 			ops = append(ops, po)
 		}
+	}
+	return ops
+}
+
+// porcupineTokens runs porcupine on the acquisitions of keys. It returns the
+// result, the visualization when the result is not Ok (if small enough), and
+// a note on what was or was not drawn.
+func porcupineTokens(h *history.History, byKey map[string][]int, keys []string, o Options) (porcupine.CheckResult, []byte, string) {
+	model := tokenModel(h, o)
+	ops := tokenOperations(h, byKey, keys)
+	var sizes []int
+	for _, key := range keys {
+		sizes = append(sizes, len(byKey[key]))
 	}
 	res, info := porcupine.CheckOperationsVerbose(model, ops, o.Timeout)
 	if res == porcupine.Ok {
@@ -312,4 +398,141 @@ func visualize(model porcupine.Model, info porcupine.LinearizationInfo) []byte {
 		return nil
 	}
 	return buf.Bytes()
+}
+
+// tokenViolation is what tokenSweep found: why the acquisitions of a key
+// are not linearizable, and the operations involved.
+type tokenViolation struct {
+	msg string
+	ops []*history.Operation
+}
+
+// tokenSweep decides whether one key's acquisitions (indices into h.Ops: ok
+// and info ones; fail ones dropped) are linearizable with the token model of
+// porcupineTokens — monotonic, or dense — in O(n log n). It returns nil when
+// they are, else the first violation it finds.
+//
+// Why it decides exactly what porcupine does. Porcupine orders an operation
+// before another only when it returned strictly before the other was
+// invoked; info acquisitions return after everything (end of the history +
+// 1), so nothing has to follow them and any of them can be linearized last.
+//
+//   - Ok acquisitions must be linearized in increasing token order (both
+//     models accept an ok token only above the previous one), so tokens are
+//     unique, and no acquisition may have returned strictly before one with
+//     a smaller token was invoked: scanning them by token, each return is
+//     not before the largest invocation time seen so far. The monotonic
+//     model starts at 0: the smallest token is positive. That is all it
+//     asks: info acquisitions are accepted in any state and change none.
+//   - The dense model also asks that between consecutive ok tokens x < y
+//     (in token order) at least y-x-1 info acquisitions be linearized, each
+//     counting for at most one. An info acquisition can be placed between
+//     the ok acquisitions of tokens x and y exactly when it was invoked no
+//     later than every ok acquisition from y on returned (the suffix minimum
+//     of returns, S(y)). S grows with y, so the sets of info acquisitions
+//     that can fill each gap are nested, and Hall's condition reduces to
+//     prefixes: for every y, the info acquisitions invoked no later than
+//     S(y) are at least the tokens missing below y (above the first ok
+//     token; before the first ok acquisition the counter is unknown).
+//
+// TestTokenSweepMatchesPorcupine compares both on random histories with info
+// acquisitions, duplicates and regressions.
+func tokenSweep(h *history.History, idx []int, dense bool) *tokenViolation {
+	oks := make([]int, 0, len(idx))
+	var infoCalls []int64
+	for _, k := range idx {
+		if op := &h.Ops[k]; op.Type == history.OK {
+			oks = append(oks, k)
+		} else {
+			infoCalls = append(infoCalls, op.T)
+		}
+	}
+	if len(oks) == 0 {
+		return nil
+	}
+	slices.SortFunc(oks, func(a, b int) int {
+		return cmp.Or(cmp.Compare(h.Ops[a].Token, h.Ops[b].Token), cmp.Compare(a, b))
+	})
+	if first := &h.Ops[oks[0]]; !dense && first.Token <= 0 {
+		return &tokenViolation{fmt.Sprintf("token %d is not above the counter's initial 0", first.Token), []*history.Operation{first}}
+	}
+	latest := 0 // in oks: the latest invoked so far
+	for j := 1; j < len(oks); j++ {
+		prev, op := &h.Ops[oks[j-1]], &h.Ops[oks[j]]
+		if prev.Token == op.Token {
+			return &tokenViolation{fmt.Sprintf("token %d granted twice", op.Token), []*history.Operation{prev, op}}
+		}
+		if inv := &h.Ops[oks[latest]]; op.Return < inv.T {
+			return &tokenViolation{fmt.Sprintf("token %d returned at %s, before the acquisition of the smaller token %d was invoked at %s",
+				op.Token, fmtT(op.Return), inv.Token, fmtT(inv.T)), []*history.Operation{inv, op}}
+		}
+		if op.T > h.Ops[oks[latest]].T {
+			latest = j
+		}
+	}
+	if !dense {
+		return nil
+	}
+	sufMin := make([]int64, len(oks))
+	sufMin[len(oks)-1] = h.Ops[oks[len(oks)-1]].Return
+	for j := len(oks) - 2; j >= 0; j-- {
+		sufMin[j] = min(sufMin[j+1], h.Ops[oks[j]].Return)
+	}
+	slices.Sort(infoCalls)
+	var missing int64 // tokens missing so far (saturating)
+	eligible := 0     // info acquisitions invoked no later than sufMin[j]
+	for j := 1; j < len(oks); j++ {
+		prev, op := &h.Ops[oks[j-1]], &h.Ops[oks[j]]
+		gap := op.Token - prev.Token - 1
+		if gap < 0 { // the difference overflowed
+			gap = math.MaxInt64
+		}
+		missing = addSat(missing, gap)
+		for eligible < len(infoCalls) && infoCalls[eligible] <= sufMin[j] {
+			eligible++
+		}
+		if missing > int64(eligible) {
+			return &tokenViolation{fmt.Sprintf("tokens missing between %d and %d: %d token(s) missing up to %d, and only %d info acquisition(s) invoked by %s, in time to have consumed one",
+				prev.Token, op.Token, missing, op.Token, eligible, fmtT(sufMin[j])), []*history.Operation{prev, op}}
+		}
+	}
+	return nil
+}
+
+// porcupineWindow draws porcupine's visualization of a window of at most
+// VisualizeLimit acquisitions of a key too large to draw whole (idx, in
+// invocation order), around the operations of a violation: the first of
+// groups (the evidence's operations) that fits in one. It draws only when
+// porcupine finds the window itself not linearizable: a violation that needs
+// acquisitions outside the window (a dense counter's missing tokens that
+// info acquisitions before the window would have explained but for earlier
+// gaps) is not drawn. The note says what was drawn, or why nothing was.
+func porcupineWindow(h *history.History, key string, idx []int, groups [][]*history.Operation, o Options) ([]byte, string) {
+	none := fmt.Sprintf("no visualization: key %q has %d acquisitions, more than %d", key, len(idx), o.VisualizeLimit)
+	for _, around := range groups {
+		lo, hi := len(idx), -1
+		for _, op := range around {
+			// idx is in invocation order, as History.Ops, numbered by I.
+			p, found := slices.BinarySearchFunc(idx, op.I, func(k int, i int64) int { return cmp.Compare(h.Ops[k].I, i) })
+			if found {
+				lo, hi = min(lo, p), max(hi, p)
+			}
+		}
+		if hi < 0 || hi-lo+1 > o.VisualizeLimit {
+			continue
+		}
+		from := max(0, lo-(o.VisualizeLimit-(hi-lo+1))/2)
+		to := min(len(idx), from+o.VisualizeLimit)
+		from = max(0, to-o.VisualizeLimit)
+		sub := idx[from:to]
+		res, viz, _ := porcupineTokens(h, map[string][]int{key: sub}, []string{key}, o)
+		switch {
+		case res == porcupine.Ok:
+			return nil, none + "; the window of it around the violation is linearizable alone"
+		case res != porcupine.Illegal || viz == nil:
+			return nil, none + "; porcupine timed out on the window of it around the violation"
+		}
+		return viz, fmt.Sprintf("visualization of %d of key %q's %d acquisitions, around the violation", len(sub), key, len(idx))
+	}
+	return nil, none
 }
