@@ -163,6 +163,7 @@ type Decoder struct {
 	v       validator
 	pos     [nFields]int
 	err     error
+	header  *Header
 }
 
 // NewDecoder returns a Decoder reading from r. It buffers its input.
@@ -173,9 +174,14 @@ func NewDecoder(r io.Reader) *Decoder {
 // Line is the number of lines read so far.
 func (d *Decoder) Line() int { return d.line }
 
+// Header is the history's header (FORMAT.md), once the first line has been
+// read; nil when the history has none.
+func (d *Decoder) Header() *Header { return d.header }
+
 // Decode reads the next record into op. It returns io.EOF after the last
 // record, an *Error for a malformed record, or the reader's error. Errors are
-// sticky. Blank lines are skipped.
+// sticky. Blank lines are skipped, and so is a header on the first line
+// (see Header).
 func (d *Decoder) Decode(op *Op) error {
 	if d.err != nil {
 		return d.err
@@ -196,6 +202,13 @@ func (d *Decoder) Decode(op *Op) error {
 		}
 		d.line++
 		if isBlank(line) {
+			continue
+		}
+		if d.line == 1 && isHeaderLine(line) {
+			if d.header, err = parseHeader(line); err != nil {
+				d.err = &Error{Line: 1, Column: 1, Msg: err.Error()}
+				return d.err
+			}
 			continue
 		}
 		*op = Op{}
@@ -249,10 +262,13 @@ func isBlank(b []byte) bool {
 	return true
 }
 
-// ReadAll decodes every record of r. On error it returns the records before
-// the bad one.
+// ReadAll decodes every record of r (skipping a header). On error it
+// returns the records before the bad one.
 func ReadAll(r io.Reader) ([]Op, error) {
-	d := NewDecoder(r)
+	return readAll(NewDecoder(r))
+}
+
+func readAll(d *Decoder) ([]Op, error) {
 	// Fill fixed-size chunks and copy once at the end: growing one slice of
 	// large structs by doubling costs more than decoding them.
 	var chunks [][]Op
@@ -285,12 +301,16 @@ func ReadAll(r io.Reader) ([]Op, error) {
 }
 
 // Read decodes a whole history and pairs its operations.
+// A header, if any, is the History's Header.
 func Read(r io.Reader) (*History, error) {
-	ops, err := ReadAll(r)
+	d := NewDecoder(r)
+	ops, err := readAll(d)
 	if err != nil {
 		return nil, err
 	}
-	return build(ops), nil
+	h := build(ops)
+	h.Header = d.Header()
+	return h, nil
 }
 
 // ParseRecord parses one line into op without the history-level checks (the
