@@ -51,6 +51,8 @@ type fileReport struct {
 	Run []string `json:"run,omitempty"`
 	// Hazard says whether a may-show-hazard scenario showed its hazard.
 	Hazard string `json:"hazard,omitempty"`
+	// Effects lists the proven fault effects ("at 1.8s: …").
+	Effects []string `json:"effects,omitempty"`
 	// Verdict is the worst judgement of the file (the run's verdict).
 	Verdict models.Judgement `json:"verdict"`
 	Results []resultReport   `json:"results"`
@@ -243,6 +245,9 @@ func checkFile(name string, stdin io.Reader, cfg config, written map[string]bool
 			js = append(js, models.JudgedUnknown)
 		}
 		fr.Hazard = models.HazardOutcome(props, js, effects)
+		for _, ef := range effects {
+			fr.Effects = append(fr.Effects, fmt.Sprintf("at %.1fs: %s", time.Duration(ef.At).Seconds(), ef.What))
+		}
 	}
 	fr.Verdict = models.WorstJudgement(js...)
 	return fr
@@ -374,10 +379,20 @@ func printText(w io.Writer, fr fileReport, header bool) {
 	}
 	if fr.Header != nil {
 		if fr.Hazard != "" {
-			fmt.Fprintf(w, "hazard %s\n", fr.Hazard)
+			fmt.Fprintf(w, "hazard %s\n", hazardWords[fr.Hazard])
+			for _, ef := range fr.Effects {
+				fmt.Fprintf(w, "  %s\n", ef)
+			}
 		}
 		fmt.Fprintf(w, "verdict: %s\n", fr.Verdict)
 	}
+}
+
+// hazardWords explain fileReport.Hazard, as coordtorture's summary does.
+var hazardWords = map[string]string{
+	"shown":     "shown, after a fault that had its effect:",
+	"not shown": "not shown: the faults had their effect and every property held:",
+	"no effect": "not shown: no fault was seen to have the effect the hazard needs (a hazard-kind violation is FAIL)",
 }
 
 func orDash(s string) string {

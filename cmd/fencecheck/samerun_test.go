@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -93,8 +94,9 @@ func TestSameVerdictAsTheRun(t *testing.T) {
 					t.Errorf("property %d: fencecheck %s %s (%s), the run %s %s (%s)", k, got.Checker, got.Judgement, got.Expect, r.Checker, r.Verdict, r.Expect)
 				}
 			}
-			if fr.Verdict != o.Verdict || fr.Hazard != o.Hazard {
-				t.Errorf("fencecheck's verdict %s (hazard %q), the run's %s (hazard %q)", fr.Verdict, fr.Hazard, o.Verdict, o.Hazard)
+			if fr.Verdict != o.Verdict || fr.Hazard != o.Hazard || !slices.Equal(fr.Effects, o.Effects) {
+				t.Errorf("fencecheck's verdict %s (hazard %q, effects %q), the run's %s (hazard %q, effects %q)",
+					fr.Verdict, fr.Hazard, fr.Effects, o.Verdict, o.Hazard, o.Effects)
 			}
 			if want := coordtortureExit(o.Verdict); code != want || rep.Exit != want {
 				t.Errorf("fencecheck exits %d, coordtorture %d", code, want)
