@@ -164,6 +164,7 @@ type Decoder struct {
 	v       validator
 	pos     [nFields]int
 	err     error
+	header  *Header
 }
 
 // NewDecoder returns a Decoder reading from r. It buffers its input.
@@ -174,9 +175,14 @@ func NewDecoder(r io.Reader) *Decoder {
 // Line is the number of lines read so far.
 func (d *Decoder) Line() int { return d.line }
 
+// Header is the history's header (FORMAT.md), once the first line has been
+// read; nil when the history has none.
+func (d *Decoder) Header() *Header { return d.header }
+
 // Decode reads the next record into op. It returns io.EOF after the last
 // record, an *Error for a malformed record, or the reader's error. Errors are
-// sticky. Blank lines are skipped.
+// sticky. Blank lines are skipped, and so is a header on the first line
+// (see Header).
 func (d *Decoder) Decode(op *Op) error { return d.decode(op, true) }
 
 // decode is Decode; clear false: op is already zero (a slot of a new slice,
@@ -201,6 +207,13 @@ func (d *Decoder) decode(op *Op, clear bool) error {
 		}
 		d.line++
 		if isBlank(line) {
+			continue
+		}
+		if d.line == 1 && isHeaderLine(line) {
+			if d.header, err = parseHeader(line); err != nil {
+				d.err = &Error{Line: 1, Column: 1, Msg: err.Error()}
+				return d.err
+			}
 			continue
 		}
 		if clear {
@@ -256,14 +269,19 @@ func isBlank(b []byte) bool {
 	return true
 }
 
-// ReadAll decodes every record of r. On error it returns the records before
-// the bad one.
+// ReadAll decodes every record of r (skipping a header). On error it
+// returns the records before the bad one.
 func ReadAll(r io.Reader) ([]Op, error) {
+	return readAll(r, NewDecoder(r))
+}
+
+// readAll is ReadAll through d, a new decoder of r that has read nothing yet
+// (the caller keeps d to read the header).
+func readAll(r io.Reader, d *Decoder) ([]Op, error) {
 	lines, err := countLines(r)
 	if err != nil {
 		return nil, err
 	}
-	d := NewDecoder(r)
 	if lines > 0 {
 		// One slice of the right size: no chunks to copy, no fresh memory
 		// touched twice (page faults cost more than decoding here).
@@ -357,12 +375,16 @@ func readChunks(d *Decoder) ([]Op, error) {
 }
 
 // Read decodes a whole history and pairs its operations.
+// A header, if any, is the History's Header.
 func Read(r io.Reader) (*History, error) {
-	ops, err := ReadAll(r)
+	d := NewDecoder(r)
+	ops, err := readAll(r, d)
 	if err != nil {
 		return nil, err
 	}
-	return build(ops, true), nil
+	h := build(ops, true)
+	h.Header = d.Header()
+	return h, nil
 }
 
 // ParseRecord parses one line into op without the history-level checks (the

@@ -296,6 +296,8 @@ type History struct {
 	Ops []Operation
 	// End is the time of the last record (0 for an empty history).
 	End int64
+	// Header is the history's header, nil when it has none (Read sets it).
+	Header *Header
 }
 
 // New checks that records form a well-formed history (the rules of FORMAT.md:

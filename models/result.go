@@ -155,38 +155,38 @@ type Options struct {
 	// Drift is the clock drift allowance: holders' validity windows and the
 	// spans of rate-limit bounds are shortened by it, so that a server clock
 	// running up to Drift fast over one window is tolerated. Default 0.
-	Drift time.Duration
+	Drift time.Duration `json:"drift_ns,omitempty"`
 	// Timeout bounds each porcupine search; a search that runs out of time
 	// gives UNKNOWN, never PASS. Default 10s.
-	Timeout time.Duration
+	Timeout time.Duration `json:"timeout_ns,omitempty"`
 	// Capacity, when positive, overrides the semaphore capacity recorded in
 	// the history (the capacity field of sem_acquire operations).
-	Capacity int64
+	Capacity int64 `json:"capacity,omitempty"`
 	// WakeBound is how soon after the lock became free a waiter must acquire
 	// it (RTT + wake slack). Default 1s.
-	WakeBound time.Duration
+	WakeBound time.Duration `json:"wake_bound_ns,omitempty"`
 	// LostNotifications tells the liveness checker that release
 	// notifications may have been lost (the nemesis cut them): a waiter that
 	// was already sleeping then only has to acquire by the released lease's
 	// expiry (+ Drift) + WakeBound.
-	LostNotifications bool
+	LostNotifications bool `json:"lost_notifications,omitempty"`
 	// DenseTokens makes the token-order model stricter: tokens come from one
 	// counter per key that increments exactly once per granted acquisition,
 	// so each ok token must be exactly one more than the previous one, except
 	// for increments consumed by info acquisitions. Off by default (tokens
 	// only have to increase; gaps are allowed).
-	DenseTokens bool
+	DenseTokens bool `json:"dense_tokens,omitempty"`
 	// RecoverBound is how long after a heal the system may take to answer
 	// again before the progress checker judges it. Default 2s.
-	RecoverBound time.Duration
+	RecoverBound time.Duration `json:"recover_bound_ns,omitempty"`
 	// MinProgress is the share of operations of each kind that must be
 	// answered in a healthy period. Default 0.5.
-	MinProgress float64
+	MinProgress float64 `json:"min_progress,omitempty"`
 	// MaxEvidence is how many violations each Result details. Default 10.
-	MaxEvidence int
+	MaxEvidence int `json:"max_evidence,omitempty"`
 	// VisualizeLimit is the largest number of operations of a porcupine
 	// partition that is rendered as HTML. Default 5000.
-	VisualizeLimit int
+	VisualizeLimit int `json:"visualize_limit,omitempty"`
 }
 
 func (o Options) withDefaults() Options {

@@ -237,6 +237,18 @@ func WriteDir(dir string, r *Run) error {
 		if err != nil {
 			return err
 		}
+		if o.Header != nil {
+			// The run's expectations first: fencecheck then reaches the
+			// run's verdict offline.
+			line, err := history.AppendHeader(nil, o.Header)
+			if err == nil {
+				_, err = f.Write(line)
+			}
+			if err != nil {
+				f.Close()
+				return err
+			}
+		}
 		enc := history.NewEncoder(f)
 		for i := range o.Records {
 			if err := enc.Encode(&o.Records[i]); err != nil {

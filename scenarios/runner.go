@@ -21,39 +21,20 @@ import (
 	"github.com/coordtorture/coordtorture/testbed"
 )
 
-// Verdict is a property's or a scenario's outcome.
-type Verdict string
+// Verdict is a property's or a scenario's outcome (models.Judgement: the
+// same verdicts fencecheck reaches from the history's header).
+type Verdict = models.Judgement
 
 // The verdicts, from best to worst.
 const (
-	Pass    Verdict = "PASS"
-	Hazard  Verdict = "HAZARD"
-	Unknown Verdict = "UNKNOWN"
-	Fail    Verdict = "FAIL"
+	Pass    = models.JudgedPass
+	Hazard  = models.JudgedHazard
+	Unknown = models.JudgedUnknown
+	Fail    = models.JudgedFail
 )
 
-func rank(v Verdict) int {
-	switch v {
-	case Hazard:
-		return 1
-	case Unknown:
-		return 2
-	case Fail:
-		return 3
-	}
-	return 0
-}
-
 // Worst returns the worst verdict of vs (PASS when empty).
-func Worst(vs ...Verdict) Verdict {
-	w := Pass
-	for _, v := range vs {
-		if rank(v) > rank(w) {
-			w = v
-		}
-	}
-	return w
-}
+func Worst(vs ...Verdict) Verdict { return models.WorstJudgement(vs...) }
 
 // Config is one run's settings.
 type Config struct {
@@ -198,6 +179,9 @@ type Outcome struct {
 	Error    string `json:"error,omitempty"`
 	// Records is the history, for writing as JSONL.
 	Records []history.Op `json:"-"`
+	// Header is the history's header line: the run's expectations and
+	// checker options (nil when the run did not start).
+	Header *history.Header `json:"-"`
 }
 
 // Run runs one scenario on a fresh topology and judges its history. An error
@@ -373,10 +357,13 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	for _, ef := range effects {
 		out.Effects = append(out.Effects, fmt.Sprintf("at %.1fs: %s", time.Duration(ef.At).Seconds(), ef.What))
 	}
+	// The header carries the run's expectations into the history file, so
+	// that fencecheck reaches this verdict offline.
+	out.Header = &history.Header{Header: history.HeaderMagic, Version: 1, Scenario: s.Name, Impl: impl.Name(),
+		Build: buildName, Seed: cfg.Seed, Clients: cfg.Clients, DurationNs: int64(cfg.Duration), TTLMs: cfg.TTL.Milliseconds(),
+		Nemesis: s.Nemesis != nil, FaultsScheduled: len(events), Options: models.HeaderOptions(s.Check)}
 	var vs []Verdict
-	mayHazard := false
 	for _, p := range s.Properties {
-		mayHazard = mayHazard || p.Expect == MayHazard
 		var r models.Result
 		if v, ok := s.Verify[p.Checker]; ok {
 			vctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -389,15 +376,15 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 		} else {
 			return nil, fmt.Errorf("scenarios: %s: unknown checker %q", s.Name, p.Checker)
 		}
-		v := Pass
-		switch r.Verdict {
-		case models.Fail:
-			v = judgeViolations(p, &r, effects)
-		case models.Unknown:
-			v = Unknown
-		}
+		v := models.Judge(p, &r, effects)
 		out.Results = append(out.Results, PropertyResult{Property: p, Checker: p.Checker, Expect: p.Expect.String(), Verdict: v, Result: r})
 		vs = append(vs, v)
+		hp := models.HeaderProperty(p)
+		if _, custom := s.Verify[p.Checker]; custom {
+			// It read the servers: an offline check can only say what it found.
+			hp.Custom, hp.Verdict, hp.Summary = true, string(v), r.Summary
+		}
+		out.Header.Properties = append(out.Header.Properties, hp)
 	}
 	// A fault that did not happen as scheduled leaves the scenario untested:
 	// it cannot PASS (a FAIL found anyway still stands).
@@ -422,16 +409,7 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 		vs = append(vs, Unknown)
 		out.Error = strings.Join(failed, "\n")
 	}
-	if mayHazard {
-		switch {
-		case slices.Contains(vs, Hazard):
-			out.Hazard = "shown"
-		case len(effects) == 0:
-			out.Hazard = "no effect"
-		default:
-			out.Hazard = "not shown"
-		}
-	}
+	out.Hazard = models.HazardOutcome(s.Properties, vs, effects)
 	out.Verdict = Worst(vs...)
 	return out, nil
 }
@@ -516,70 +494,4 @@ func firstLine(s string) string {
 		return s[:i]
 	}
 	return s
-}
-
-// judgeViolations decides a failed property: HAZARD when p may show the
-// scenario's hazard and every violation is of a hazard kind and was not
-// complete before the first proven fault effect's fault began (effects, in
-// time order); FAIL otherwise, also when no fault was seen to have an effect.
-// It marks the hazard evidence, puts the failures' evidence first and says in
-// the summary how the violations split.
-func judgeViolations(p Property, r *models.Result, effects []models.Effect) Verdict {
-	hz := p.hazards()
-	faultStart := int64(-1)
-	for _, ef := range effects {
-		if faultStart < 0 || ef.From < faultStart {
-			faultStart = ef.From
-		}
-	}
-	isHazard := func(kind string) bool {
-		e, ok := r.Earliest[kind]
-		return faultStart >= 0 && slices.Contains(hz, kind) && (!ok || e >= faultStart)
-	}
-	v := Hazard
-	if len(hz) == 0 || len(r.Kinds) == 0 {
-		v = Fail
-	}
-	var parts []string
-	kinds := make([]string, 0, len(r.Kinds))
-	for k := range r.Kinds {
-		kinds = append(kinds, k)
-	}
-	slices.Sort(kinds)
-	for _, k := range kinds {
-		class := "FAIL"
-		if isHazard(k) {
-			class = "hazard"
-		} else {
-			v = Fail
-			switch {
-			case slices.Contains(hz, k) && faultStart >= 0:
-				class = "FAIL: before the fault that had an effect"
-			case slices.Contains(hz, k):
-				class = "FAIL: no fault was seen to have an effect"
-			}
-		}
-		parts = append(parts, fmt.Sprintf("%d %s (%s)", r.Kinds[k], k, class))
-	}
-	for k := range r.Evidence {
-		r.Evidence[k].Hazard = r.Evidence[k].Kind != "" && isHazard(r.Evidence[k].Kind)
-	}
-	slices.SortStableFunc(r.Evidence, func(a, b models.Evidence) int {
-		switch {
-		case a.Hazard == b.Hazard:
-			return 0
-		case b.Hazard:
-			return -1
-		default:
-			return 1
-		}
-	})
-	if len(parts) > 0 && len(r.Evidence) > 0 {
-		first := r.Evidence[0].Msg
-		if r.Evidence[0].Key != "" {
-			first = fmt.Sprintf("key %q: %s", r.Evidence[0].Key, first)
-		}
-		r.Summary = fmt.Sprintf("%d violation(s): %s; first: %s", r.Violations, strings.Join(parts, ", "), first)
-	}
-	return v
 }

@@ -31,58 +31,32 @@ import (
 	"github.com/coordtorture/coordtorture/testbed"
 )
 
-// Expectation says what a property's violation means in a scenario.
-type Expectation int
+// Expectation says what a property's violation means in a scenario (see
+// models.Expectation: the rule is package models', shared with fencecheck).
+type Expectation = models.Expectation
 
 const (
 	// MustHold: a violation is a bug (FAIL).
-	MustHold Expectation = iota
+	MustHold = models.MustHold
 	// MayHazard: the fault is one of the documented hazards (asynchronous
 	// failover, restore, eviction, clock skew) that can break the property.
-	// Violations are judged one by one: the property is HAZARD, with its
-	// evidence, only when every violation is of a kind the hazard produces
-	// (Property.Hazards) and was not complete before the first fault began;
-	// any other violation makes it FAIL. A stale write the resource accepted
-	// is never the hazard: it is the resource's own bug.
-	MayHazard
+	// Violations are judged one by one (models.Judge): the property is
+	// HAZARD, with its evidence, only when every violation is of a kind the
+	// hazard produces (Property.Hazards) and was not complete before the
+	// first fault with a proven effect began; any other violation makes it
+	// FAIL. A stale write the resource accepted is never the hazard: it is
+	// the resource's own bug.
+	MayHazard = models.MayHazard
 )
 
-func (e Expectation) String() string {
-	if e == MayHazard {
-		return "may show hazard"
-	}
-	return "must hold"
-}
-
-// Property is one checker of package models with its expectation.
-type Property struct {
-	Checker string
-	Expect  Expectation
-	// Hazards are the violation kinds (models.Kind…) a MayHazard property
-	// counts as the hazard; nil means the checker's defaults (HazardKinds).
-	Hazards []string
-}
+// Property is one checker of package models (or a Verify check of the
+// scenario) with its expectation.
+type Property = models.Property
 
 // HazardKinds are the violation kinds a checker's MayHazard property counts
-// as the hazard by default: what a lost counter increment or lease can do.
-// models.KindStaleWrite is never one.
-var HazardKinds = map[string][]string{
-	"fenced-resource": {models.KindTokenReused},
-	"token-order":     {models.KindTokenDuplicate, models.KindTokenRegressed, models.KindNotLinearizable},
-	"exclusion":       {models.KindOverlap, models.KindOverCapacity},
-	"lease-protocol":  {models.KindOwnerConflict, models.KindWronglyDenied}, // a lost lease: denied to its holder, granted to another
-}
-
-// hazards is the set of kinds p counts as the hazard.
-func (p Property) hazards() []string {
-	if p.Expect != MayHazard {
-		return nil
-	}
-	if p.Hazards != nil {
-		return p.Hazards
-	}
-	return HazardKinds[p.Checker]
-}
+// as the hazard by default (models.DefaultHazards): what a lost counter
+// increment or lease can do. models.KindStaleWrite is never one.
+var HazardKinds = models.DefaultHazards
 
 // Topology is the shape a scenario runs on.
 type Topology struct {
@@ -208,7 +182,7 @@ func Register(s *Scenario) {
 		panic("scenarios: duplicate scenario " + s.Name)
 	}
 	for _, p := range s.Properties {
-		if slices.Contains(p.hazards(), models.KindStaleWrite) {
+		if slices.Contains(p.HazardKinds(), models.KindStaleWrite) {
 			panic("scenarios: " + s.Name + ": a stale write accepted is never a hazard")
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -28,10 +29,14 @@ Usage:
   coordtorture run [flags] [PATTERN…]    run scenarios (default: all); PATTERN is a name,
                                          a family ("fenced-lock") or a glob ("*/pause-*")
   coordtorture matrix [flags] [PATTERN…] run them on every fetched server build
-  coordtorture replay [flags] DIR        re-run the failed scenarios of a run from their seeds
+  coordtorture replay [flags] DIR        re-run, from their seeds, the scenarios of a run that
+                                         failed for prim (FAIL or UNKNOWN of impl prim); --all
+                                         also re-runs the peers' and mutants' failures
 
 Each run writes DIR/summary.txt, report.json, junit.xml, index.html, prim.log (what
-the primitives logged) and histories/*.jsonl (check them again with fencecheck).
+the primitives logged) and histories/*.jsonl (check them again with fencecheck: each
+starts with a header of the run's expectations and options, so fencecheck reaches the
+run's verdicts).
 Exit status: 0 when every must-hold property held (HAZARD is a documented hazard
 observed, with evidence), 1 on FAIL, 2 on UNKNOWN or when the run could not start.
 With --impl all only prim's verdicts decide it: the peer libraries run beside it for
@@ -43,6 +48,16 @@ you already have (--addr; the password is read from $COORDTORTURE_PASSWORD): key
 carry a random "coordtorture:<run>:" prefix and are deleted afterwards.
 
 Run flags:
+`
+
+const replayUsage = `Usage: coordtorture replay [flags] DIR
+
+Re-runs, from their seeds, durations and client counts, the scenarios of the run
+in DIR (its report.json) that failed for prim: a FAIL or UNKNOWN verdict of impl
+prim. The peer libraries' and the mutants' failures are expected findings and are
+skipped unless --all is given. Nothing to replay exits 0.
+
+Flags:
 `
 
 type runFlags struct {
@@ -124,7 +139,20 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var f runFlags
 	f.register(fs)
+	var replayAll bool
+	if cmd == "replay" {
+		fs.BoolVar(&replayAll, "all", false, "replay every scenario that failed (FAIL or UNKNOWN), the peers' and mutants' too; by default only prim's")
+		fs.Usage = func() {
+			fmt.Fprint(fs.Output(), replayUsage)
+			fs.PrintDefaults()
+		}
+	}
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stdout)
+			fs.Usage()
+			return 0
+		}
 		return 2
 	}
 	var ext *scenarios.External
@@ -193,8 +221,15 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "coordtorture: reading %s: %v\n", fs.Arg(0), err)
 			return 2
 		}
+		skipped := 0
 		for _, o := range prev.Outcomes {
 			if o.Verdict == scenarios.Pass || o.Verdict == scenarios.Hazard {
+				continue
+			}
+			if o.Impl != "prim" && !replayAll {
+				// The peers' FAILs are expected findings (no fencing), and
+				// the mutants' FAILs are the checkers catching them.
+				skipped++
 				continue
 			}
 			ss, err := scenarios.Match([]string{o.Scenario})
@@ -210,8 +245,20 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 			f.duration, f.clients = o.Duration, o.Clients
 		}
 		if len(jobs) == 0 {
+			if skipped > 0 {
+				fmt.Fprintf(stdout, "nothing to replay: no scenario of that run failed for prim (%d failure(s) of peers or mutants skipped: --all replays them)\n", skipped)
+				return 0
+			}
 			fmt.Fprintln(stdout, "nothing to replay: every scenario of that run passed")
 			return 0
+		}
+		// The banner states the seeds the replay uses, not a fresh one.
+		seed = jobs[0].seed
+		if slices.ContainsFunc(jobs, func(j job) bool { return j.seed != seed }) {
+			seed = 0
+		}
+		if skipped > 0 {
+			fmt.Fprintf(stdout, "coordtorture: replaying prim's failures; %d failure(s) of peers or mutants skipped (--all replays them)\n", skipped)
 		}
 	default:
 		ss, err := scenarios.Match(fs.Args())
@@ -311,7 +358,11 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	tty := isTerminal(stdout)
 	rep := &reports.Run{Started: time.Now(), Command: "coordtorture " + cmd + " " + strings.Join(args, " ")}
-	fmt.Fprintf(stdout, "coordtorture: %d scenario run(s), %v each, %d clients, seed %d → %s\n", len(jobs), f.duration, f.clients, seed, out)
+	seedText := fmt.Sprintf("seed %d", seed)
+	if seed == 0 {
+		seedText = "each run's own seed"
+	}
+	fmt.Fprintf(stdout, "coordtorture: %d scenario run(s), %v each, %d clients, %s → %s\n", len(jobs), f.duration, f.clients, seedText, out)
 	for i, j := range jobs {
 		label := fmt.Sprintf("[%d/%d] %s [%s, %s]", i+1, len(jobs), j.s.Name, j.impl, j.build)
 		progress := func(el, total time.Duration) {
@@ -353,7 +404,12 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 	reports.WriteSummary(stdout, rep)
 	fmt.Fprintf(stdout, "report: %s\n", out)
 	verdict := rep.Verdict()
-	if f.impl == "all" {
+	mixed := false
+	for _, j := range jobs {
+		mixed = mixed || j.impl != jobs[0].impl
+	}
+	// A replay --all of prim beside others exits as the --impl all run did.
+	if f.impl == "all" || cmd == "replay" && mixed && slices.ContainsFunc(jobs, func(j job) bool { return j.impl == "prim" }) {
 		// The peers run beside prim to show what breaks for them (they have
 		// no fencing tokens); their FAILs are findings, not the exit status.
 		verdict = rep.VerdictOf("prim")

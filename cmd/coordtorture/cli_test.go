@@ -66,9 +66,40 @@ func TestRunWritesReportAndExitCodes(t *testing.T) {
 	if !strings.Contains(out.String(), "stale write accepted") {
 		t.Fatalf("summary does not show the evidence:\n%s", out.String())
 	}
+	// replay re-runs only what failed for prim unless asked: a peer's FAIL
+	// is an expected finding.
 	out.Reset()
-	if code := run([]string{"replay", "--out", filepath.Join(dir, "replay"), filepath.Join(dir, "bad")}, &out, &errb); code != 1 || !strings.Contains(out.String(), "seed 3") {
-		t.Fatalf("replay: exit %d\n%s", code, out.String())
+	if code := run([]string{"replay", filepath.Join(dir, "bad")}, &out, &errb); code != 0 || !strings.Contains(out.String(), "nothing to replay") ||
+		!strings.Contains(out.String(), "--all replays them") {
+		t.Fatalf("replay of a peer's failure: exit %d\n%s", code, out.String())
+	}
+	out.Reset()
+	if code := run([]string{"replay", "--all", "--out", filepath.Join(dir, "replay"), filepath.Join(dir, "bad")}, &out, &errb); code != 1 || !strings.Contains(out.String(), "seed 3") {
+		t.Fatalf("replay --all: exit %d\n%s", code, out.String())
+	}
+	out.Reset()
+	if code := run([]string{"replay", "--help"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "failed for prim") || !strings.Contains(out.String(), "-all") {
+		t.Fatalf("replay --help: exit %d\n%s", code, out.String())
+	}
+}
+
+// TestReplayPrimOnly: replay re-runs prim's FAIL and UNKNOWN outcomes and
+// skips the mutants' and peers' (saying so) unless --all.
+func TestReplayPrimOnly(t *testing.T) {
+	dir := t.TempDir()
+	prev := `{"outcomes":[` +
+		`{"scenario":"fenced-lock/baseline","build":"` + build() + `","impl":"prim","seed":7,"clients":2,"duration_ns":1000000000,"verdict":"UNKNOWN","properties":null,"events":null,"ops":0,"uncertain":{},"provider":"local"},` +
+		`{"scenario":"fenced-lock/baseline","build":"` + build() + `","impl":"mutant-resource-ignores-tokens","seed":7,"clients":2,"duration_ns":1000000000,"verdict":"FAIL","properties":null,"events":null,"ops":0,"uncertain":{},"provider":"local"},` +
+		`{"scenario":"fenced-lock/baseline","build":"` + build() + `","impl":"prim","seed":8,"clients":2,"duration_ns":1000000000,"verdict":"HAZARD","properties":null,"events":null,"ops":0,"uncertain":{},"provider":"local"}]}`
+	if err := os.WriteFile(filepath.Join(dir, "report.json"), []byte(prev), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	code := run([]string{"replay", "--out", filepath.Join(dir, "again"), dir}, &out, &errb)
+	if code != 0 || !strings.Contains(out.String(), "1 scenario run(s)") || !strings.Contains(out.String(), "seed 7") ||
+		!strings.Contains(out.String(), "[prim, "+build()+"]") || strings.Contains(out.String(), "[mutant-") ||
+		!strings.Contains(out.String(), "1 failure(s) of peers or mutants skipped") {
+		t.Fatalf("replay: exit %d\n%s\n%s", code, out.String(), errb.String())
 	}
 }
 

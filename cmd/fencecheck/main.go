@@ -4,10 +4,13 @@
 //
 // It reads each history (JSON Lines, see history/FORMAT.md; "-" or no
 // argument reads standard input), runs the chosen checkers of package models
-// (by default every checker that applies to the operations present), prints
-// one verdict line per property, and exits 0 when everything passed, 1 when a
-// property was violated, 2 when a check was undecided or an input was
-// unreadable. Run fencecheck --help for the flags and the checkers.
+// (by default those of the history's header, with the run's options and
+// expectations, else every checker that applies to the operations present),
+// judges them as coordtorture does (models.Judge), prints one verdict line
+// per property, and exits as coordtorture: 0 when everything passed or showed
+// its documented hazard, 1 when a property was violated, 2 when a check was
+// undecided or an input was unreadable. Run fencecheck --help for the flags
+// and the checkers.
 package main
 
 import "os"

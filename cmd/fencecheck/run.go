@@ -38,15 +38,36 @@ Malformed input is reported with its line and column and exits 2.
 
 // fileReport is the --json form of one input.
 type fileReport struct {
-	File    string         `json:"file"`
-	Records int            `json:"records"`
-	Ops     int            `json:"ops"`
-	Error   string         `json:"error,omitempty"`
-	Results []resultReport `json:"results"`
+	File    string `json:"file"`
+	Records int    `json:"records"`
+	Ops     int    `json:"ops"`
+	Error   string `json:"error,omitempty"`
+	// Header is the history's header: the run whose expectations were
+	// applied (nil: none, every violation is FAIL).
+	Header *history.Header `json:"header,omitempty"`
+	// Overrides say which flags replaced the header's settings.
+	Overrides []string `json:"overrides,omitempty"`
+	// Run lists why the run's faults did not all happen (UNKNOWN).
+	Run []string `json:"run,omitempty"`
+	// Hazard says whether a may-show-hazard scenario showed its hazard.
+	Hazard string `json:"hazard,omitempty"`
+	// Effects lists the proven fault effects ("at 1.8s: …").
+	Effects []string `json:"effects,omitempty"`
+	// Verdict is the worst judgement of the file (the run's verdict).
+	Verdict models.Judgement `json:"verdict"`
+	Results []resultReport   `json:"results"`
 }
 
 type resultReport struct {
 	models.Result
+	// Expect is the property's expectation (from the header).
+	Expect string `json:"expect,omitempty"`
+	// Judgement is the property's verdict under its expectation: what
+	// coordtorture decided for it. Verdict is the checker's own.
+	Judgement models.Judgement `json:"judgement"`
+	// Note says what fencecheck could not do (a check that needs the
+	// servers, a checker it does not know).
+	Note string `json:"note,omitempty"`
 	HTML string `json:"html,omitempty"`
 }
 
@@ -60,6 +81,8 @@ type config struct {
 	htmlDir string
 	json    bool
 	opts    models.Options
+	// set are the flags given on the command line: they override a header.
+	set map[string]bool
 }
 
 // run is fencecheck: args without the program name. It returns the exit
@@ -87,6 +110,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "fencecheck: see fencecheck --help")
 		return exitUnknown
 	}
+	cfg.set = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { cfg.set[f.Name] = true })
 	if cfg.check != "" && cfg.check != "all" {
 		if _, err := models.Select(&history.History{}, cfg.check); err != nil {
 			fmt.Fprintf(stderr, "fencecheck: %v\n", strings.TrimPrefix(err.Error(), "models: "))
@@ -134,23 +159,13 @@ func combine(a, b int) int {
 	return max(a, b)
 }
 
+// fileExit is coordtorture's exit status for the file's verdict: HAZARD
+// passes (a documented hazard shown with proof), FAIL is 1, UNKNOWN 2.
 func fileExit(fr fileReport) int {
-	if fr.Error != "" {
+	if fr.Error != "" || len(fr.Results) == 0 {
 		return exitUnknown
 	}
-	if len(fr.Results) == 0 {
-		return exitUnknown
-	}
-	code := exitPass
-	for _, r := range fr.Results {
-		switch r.Verdict {
-		case models.Fail:
-			return exitFail
-		case models.Unknown:
-			code = exitUnknown
-		}
-	}
-	return code
+	return fr.Verdict.ExitStatus()
 }
 
 func displayName(name string) string {
@@ -180,19 +195,41 @@ func checkFile(name string, stdin io.Reader, cfg config, written map[string]bool
 		return fr
 	}
 	fr.Records, fr.Ops = len(h.Records), len(h.Ops)
-	checkers, err := models.Select(h, cfg.check)
+	fr.Header = h.Header
+	props, opts, custom, err := plan(h, cfg, &fr)
 	if err != nil {
 		fr.Error = err.Error()
 		return fr
 	}
-	if len(checkers) == 0 {
+	if len(props) == 0 {
 		fr.Error = "no checker applies to the operations present (see --help, or choose with --check)"
 		return fr
 	}
-	for _, res := range models.Run(h, checkers, cfg.opts) {
-		rr := resultReport{Result: res}
-		if cfg.htmlDir != "" && res.Visualization != nil {
-			path, err := writeHTML(cfg.htmlDir, name, res, written)
+	// The rule coordtorture applies (models.Judge): with a header, a
+	// violation of a may-show-hazard property is HAZARD only when every
+	// violation is of its hazard kinds, after a fault with a proven effect.
+	effects := models.Effects(h)
+	js := make([]models.Judgement, 0, len(props)+1)
+	for _, p := range props {
+		rr := resultReport{}
+		if fr.Header != nil {
+			rr.Expect = p.Expect.String()
+		}
+		if hp, ok := custom[p.Checker]; ok {
+			// A check of the scenario's own read the servers after the run:
+			// report what the run found, and say so.
+			rr.Result, rr.Judgement = recorded(hp)
+			rr.Note = "not re-checked offline: the scenario's own check read the servers after the run; this is the verdict the run recorded"
+		} else if c, ok := models.Lookup(p.Checker); ok {
+			rr.Result = c.Check(h, opts)
+			rr.Judgement = models.Judge(p, &rr.Result, effects)
+		} else {
+			rr.Result = models.Result{Checker: p.Checker, Verdict: models.Unknown,
+				Summary: fmt.Sprintf("undecided: this fencecheck has no checker %q", p.Checker)}
+			rr.Judgement = models.JudgedUnknown
+		}
+		if cfg.htmlDir != "" && rr.Visualization != nil {
+			path, err := writeHTML(cfg.htmlDir, name, rr.Result, written)
 			if err != nil {
 				fmt.Fprintf(stderr, "fencecheck: %v\n", err)
 			} else {
@@ -200,8 +237,94 @@ func checkFile(name string, stdin io.Reader, cfg config, written map[string]bool
 			}
 		}
 		fr.Results = append(fr.Results, rr)
+		js = append(js, rr.Judgement)
 	}
+	if hd := fr.Header; hd != nil {
+		// A fault that did not happen as scheduled leaves the run untested.
+		if fr.Run = models.FaultsNotHappened(h, hd.Nemesis, hd.FaultsScheduled); len(fr.Run) > 0 {
+			js = append(js, models.JudgedUnknown)
+		}
+		fr.Hazard = models.HazardOutcome(props, js, effects)
+		for _, ef := range effects {
+			fr.Effects = append(fr.Effects, fmt.Sprintf("at %.1fs: %s", time.Duration(ef.At).Seconds(), ef.What))
+		}
+	}
+	fr.Verdict = models.WorstJudgement(js...)
 	return fr
+}
+
+// recorded is the result and verdict a run recorded for a check of the
+// scenario's own (UNKNOWN when the header states none it knows).
+func recorded(hp history.HeaderProperty) (models.Result, models.Judgement) {
+	r := models.Result{Checker: hp.Checker, Summary: hp.Summary}
+	switch j := models.Judgement(hp.Verdict); j {
+	case models.JudgedPass:
+		return r, j
+	case models.JudgedHazard, models.JudgedFail:
+		r.Verdict = models.Fail
+		return r, j
+	}
+	r.Verdict = models.Unknown
+	if r.Summary == "" {
+		r.Summary = "the run recorded no verdict"
+	}
+	return r, models.JudgedUnknown
+}
+
+// plan decides what to check: without a header (or with --check) the chosen
+// or applicable checkers, each must hold; with a header its properties, with
+// their expectations, and its options. Flags given on the command line
+// override the header, and fr.Overrides says which. custom holds the
+// header's checks of the scenario's own, which cannot be re-run offline.
+func plan(h *history.History, cfg config, fr *fileReport) (props []models.Property, o models.Options, custom map[string]history.HeaderProperty, err error) {
+	o = cfg.opts
+	var hprops []models.Property
+	if hd := h.Header; hd != nil {
+		if hprops, o, err = models.FromHeader(hd); err != nil {
+			return nil, o, nil, err
+		}
+		custom = map[string]history.HeaderProperty{}
+		for _, hp := range hd.Properties {
+			if hp.Custom {
+				custom[hp.Checker] = hp
+			}
+		}
+		for _, f := range []struct {
+			name  string
+			apply func()
+		}{
+			{"drift", func() { o.Drift = cfg.opts.Drift }},
+			{"timeout", func() { o.Timeout = cfg.opts.Timeout }},
+			{"capacity", func() { o.Capacity = cfg.opts.Capacity }},
+			{"wake-bound", func() { o.WakeBound = cfg.opts.WakeBound }},
+			{"lost-notifications", func() { o.LostNotifications = cfg.opts.LostNotifications }},
+			{"dense-tokens", func() { o.DenseTokens = cfg.opts.DenseTokens }},
+			{"max-evidence", func() { o.MaxEvidence = cfg.opts.MaxEvidence }},
+		} {
+			if cfg.set[f.name] {
+				f.apply()
+				fr.Overrides = append(fr.Overrides, "--"+f.name+" overrides the run's option")
+			}
+		}
+		if cfg.check == "" {
+			return hprops, o, custom, nil
+		}
+		fr.Overrides = append(fr.Overrides, "--check overrides the run's properties (a checker the run did not have must hold)")
+	}
+	checkers, err := models.Select(h, cfg.check)
+	if err != nil {
+		return nil, o, nil, err
+	}
+	for _, c := range checkers {
+		p := models.Property{Checker: c.Name}
+		for _, hp := range hprops {
+			if hp.Checker == c.Name {
+				p = hp
+			}
+		}
+		props = append(props, p)
+	}
+	return props, o, nil, nil
 }
 
 func writeHTML(dir, input string, res models.Result, written map[string]bool) (string, error) {
@@ -221,12 +344,26 @@ func printText(w io.Writer, fr fileReport, header bool) {
 	if header || fr.Error != "" {
 		fmt.Fprintf(w, "== %s: %d records, %d operations\n", fr.File, fr.Records, fr.Ops)
 	}
+	if hd := fr.Header; hd != nil {
+		fmt.Fprintf(w, "header: %s [%s, %s] seed %d: the run's properties, expectations and checker options\n",
+			orDash(hd.Scenario), orDash(hd.Impl), orDash(hd.Build), hd.Seed)
+		for _, o := range fr.Overrides {
+			fmt.Fprintf(w, "  %s\n", o)
+		}
+	}
 	if fr.Error != "" {
 		fmt.Fprintf(w, "UNKNOWN %s\n", fr.Error)
 		return
 	}
 	for _, r := range fr.Results {
-		fmt.Fprintln(w, r.String())
+		name := r.Checker
+		if r.Expect != "" {
+			name += " (" + r.Expect + ")"
+		}
+		fmt.Fprintf(w, "%-7s %s: %s\n", r.Judgement, name, r.Summary)
+		if r.Note != "" {
+			fmt.Fprintf(w, "    %s\n", r.Note)
+		}
 		for _, e := range r.Evidence {
 			fmt.Fprintf(w, "    %s\n", strings.ReplaceAll(e.String(), "\n", "\n    "))
 		}
@@ -237,6 +374,32 @@ func printText(w io.Writer, fr fileReport, header bool) {
 			fmt.Fprintf(w, "    visualization: %s\n", r.HTML)
 		}
 	}
+	for _, why := range fr.Run {
+		fmt.Fprintf(w, "UNKNOWN run: %s\n", why)
+	}
+	if fr.Header != nil {
+		if fr.Hazard != "" {
+			fmt.Fprintf(w, "hazard %s\n", hazardWords[fr.Hazard])
+			for _, ef := range fr.Effects {
+				fmt.Fprintf(w, "  %s\n", ef)
+			}
+		}
+		fmt.Fprintf(w, "verdict: %s\n", fr.Verdict)
+	}
+}
+
+// hazardWords explain fileReport.Hazard, as coordtorture's summary does.
+var hazardWords = map[string]string{
+	"shown":     "shown, after a fault that had its effect:",
+	"not shown": "not shown: the faults had their effect and every property held:",
+	"no effect": "not shown: no fault was seen to have the effect the hazard needs (a hazard-kind violation is FAIL)",
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 func usage(fs *flag.FlagSet, w io.Writer) {
@@ -246,12 +409,24 @@ Checks recorded coordination histories offline. With no file, or "-", reads
 standard input. Prints one verdict line per property (PASS, FAIL with the
 operations involved, UNKNOWN) per file.
 
-Exit status: 0 every property passed; 1 a property was violated; 2 a check was
-undecided (porcupine timeout, missing information), no checker applied, or an
-input was unreadable or malformed. A violation wins over the others.
+A history coordtorture wrote starts with a header carrying the run's
+expectations: fencecheck then runs exactly the run's checkers with the run's
+options and judges them by the run's rule, so it reaches the run's verdict per
+property and overall. A violation of a may-show-hazard property is HAZARD only
+when every violation is of the hazard's kinds and follows a fault with a proven
+effect; a scheduled fault that did not happen makes the run UNKNOWN; a check of
+the scenario's own that read the servers is not re-run (its recorded verdict is
+shown, and said to be). Flags given on the command line override the header
+(and say so). Without a header every violation is FAIL.
+
+Exit status (as coordtorture's): 0 every property passed or showed its
+documented hazard (HAZARD); 1 a property was violated (FAIL); 2 a check was
+undecided (porcupine timeout, missing information, a fault that did not
+happen), no checker applied, or an input was unreadable or malformed. A
+violation wins over the others.
 
 %s
-Checkers (--check a,b; default: those whose operations appear in the history):
+Checkers (--check a,b; default: the header's, else those whose operations appear in the history):
 `, formatHelp)
 	for _, c := range models.Checkers() {
 		fmt.Fprintf(w, "  %-16s %s\n", c.Name, strings.ReplaceAll(c.Doc, "\n", "\n                   "))

@@ -1,0 +1,119 @@
+package history
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+)
+
+// HeaderMagic is the value of the "header" field of the headers coordtorture
+// writes.
+const HeaderMagic = "coordtorture"
+
+// Header is the optional first line of a history: the expectations of the
+// run that recorded it, so that an offline check (fencecheck) runs the run's
+// checkers with the run's options and reaches the run's verdict. Histories
+// from other producers usually have none. FORMAT.md describes its fields.
+type Header struct {
+	// Header marks the line as a header; coordtorture writes HeaderMagic.
+	Header string `json:"header"`
+	// Version is the header's format version (1).
+	Version int `json:"version,omitempty"`
+	// Scenario, Impl and Build name the run: scenario, implementation under
+	// test, server build.
+	Scenario string `json:"scenario,omitempty"`
+	Impl     string `json:"impl,omitempty"`
+	Build    string `json:"build,omitempty"`
+	// Seed is the run's seed (coordtorture run --seed reproduces it).
+	Seed int64 `json:"seed,omitempty"`
+	// Clients is the number of client processes, DurationNs the workload's
+	// duration and TTLMs the lease duration.
+	Clients    int   `json:"clients,omitempty"`
+	DurationNs int64 `json:"duration_ns,omitempty"`
+	TTLMs      int64 `json:"ttl_ms,omitempty"`
+	// Nemesis says the scenario injects faults; FaultsScheduled is how many
+	// nemesis events its schedule had for this run. A check counts the
+	// nemesis operations of the history against it: a fault that did not
+	// happen leaves the run UNKNOWN, and so does a nemesis that scheduled
+	// none.
+	Nemesis         bool `json:"nemesis,omitempty"`
+	FaultsScheduled int  `json:"faults_scheduled,omitempty"`
+	// Options are the checker options the run used, as package models
+	// encodes them (models.Options).
+	Options json.RawMessage `json:"options,omitempty"`
+	// Properties are the run's properties, in the run's order.
+	Properties []HeaderProperty `json:"properties,omitempty"`
+}
+
+// HeaderProperty is one property of a run.
+type HeaderProperty struct {
+	// Checker names a checker of package models, or a check of the
+	// scenario's own (Custom).
+	Checker string `json:"checker"`
+	// Expect is "must-hold" or "may-show-hazard".
+	Expect string `json:"expect"`
+	// HazardKinds are the violation kinds counted as the hazard (a
+	// may-show-hazard property).
+	HazardKinds []string `json:"hazard_kinds,omitempty"`
+	// Custom marks a check of the scenario's own that read the servers after
+	// the run: it cannot be re-run offline. Verdict and Summary are then
+	// what the run found.
+	Custom  bool   `json:"custom,omitempty"`
+	Verdict string `json:"verdict,omitempty"`
+	Summary string `json:"summary,omitempty"`
+}
+
+// AppendHeader appends h as one JSON line (with its '\n'), "header" first.
+func AppendHeader(b []byte, h *Header) ([]byte, error) {
+	if h.Header == "" {
+		c := *h
+		c.Header = HeaderMagic
+		h = &c
+	}
+	j, err := json.Marshal(h)
+	if err != nil {
+		return b, fmt.Errorf("history: encoding the header: %w", err)
+	}
+	b = append(b, j...)
+	return append(b, '\n'), nil
+}
+
+// isHeaderLine reports whether line, the first of a history, is a header: a
+// JSON object with a non-null "header" field (names match case-insensitively,
+// as for records). Records never have one.
+func isHeaderLine(line []byte) bool {
+	if !bytes.Contains(bytes.ToLower(line), []byte("header")) && !bytes.Contains(line, []byte(`\u`)) {
+		return false
+	}
+	var probe map[string]json.RawMessage
+	if json.Unmarshal(line, &probe) != nil {
+		return false // not a header; the record parser reports the error
+	}
+	for k, v := range probe {
+		if strings.EqualFold(k, "header") && string(v) != "null" {
+			return true
+		}
+	}
+	return false
+}
+
+// parseHeader decodes a header line.
+func parseHeader(line []byte) (*Header, error) {
+	var h Header
+	if err := json.Unmarshal(line, &h); err != nil {
+		return nil, fmt.Errorf("header: %v", err)
+	}
+	if h.Header == "" {
+		return nil, fmt.Errorf("header: the \"header\" field must be a non-empty string")
+	}
+	for k, p := range h.Properties {
+		if p.Checker == "" {
+			return nil, fmt.Errorf("header: property %d has no checker", k+1)
+		}
+		if p.Expect != "must-hold" && p.Expect != "may-show-hazard" {
+			return nil, fmt.Errorf("header: property %q: expect is %q (want must-hold or may-show-hazard)", p.Checker, p.Expect)
+		}
+	}
+	return &h, nil
+}

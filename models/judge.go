@@ -1,0 +1,239 @@
+package models
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Expectation says what a property's violation means in a scenario.
+type Expectation int
+
+const (
+	// MustHold: a violation is a bug (FAIL).
+	MustHold Expectation = iota
+	// MayHazard: the fault is one of the documented hazards (asynchronous
+	// failover, restore, eviction, clock skew) that can break the property.
+	// Violations are judged one by one (Judge): the property is HAZARD, with
+	// its evidence, only when every violation is of a kind the hazard
+	// produces (Property.HazardKinds) and was not complete before the fault
+	// with a proven effect began; any other violation makes it FAIL. A stale
+	// write the resource accepted is never the hazard: it is the resource's
+	// own bug.
+	MayHazard
+)
+
+// String is "must hold" or "may show hazard".
+func (e Expectation) String() string {
+	if e == MayHazard {
+		return "may show hazard"
+	}
+	return "must hold"
+}
+
+// MarshalText encodes the expectation as in a history's header:
+// "must-hold" or "may-show-hazard".
+func (e Expectation) MarshalText() ([]byte, error) {
+	if e == MayHazard {
+		return []byte("may-show-hazard"), nil
+	}
+	return []byte("must-hold"), nil
+}
+
+// UnmarshalText decodes "must-hold" or "may-show-hazard" (or the String
+// forms).
+func (e *Expectation) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "must-hold", "must hold":
+		*e = MustHold
+	case "may-show-hazard", "may show hazard":
+		*e = MayHazard
+	default:
+		return fmt.Errorf("models: unknown expectation %q (want must-hold or may-show-hazard)", b)
+	}
+	return nil
+}
+
+// Property is one checker with its expectation in a scenario.
+type Property struct {
+	// Checker names a checker of the registry (Lookup), or a scenario's own
+	// check.
+	Checker string `json:"checker"`
+	// Expect says what a violation means.
+	Expect Expectation `json:"expect"`
+	// Hazards are the violation kinds (Kind…) a MayHazard property counts
+	// as the hazard; nil means the checker's defaults (DefaultHazards).
+	Hazards []string `json:"hazard_kinds,omitempty"`
+}
+
+// DefaultHazards are the violation kinds a checker's MayHazard property
+// counts as the hazard by default: what a lost counter increment or lease can
+// do. KindStaleWrite is never one.
+var DefaultHazards = map[string][]string{
+	"fenced-resource": {KindTokenReused},
+	"token-order":     {KindTokenDuplicate, KindTokenRegressed, KindNotLinearizable},
+	"exclusion":       {KindOverlap, KindOverCapacity},
+	"lease-protocol":  {KindOwnerConflict, KindWronglyDenied}, // a lost lease: denied to its holder, granted to another
+}
+
+// HazardKinds is the set of kinds p counts as the hazard (none when it must
+// hold).
+func (p Property) HazardKinds() []string {
+	if p.Expect != MayHazard {
+		return nil
+	}
+	if p.Hazards != nil {
+		return p.Hazards
+	}
+	return DefaultHazards[p.Checker]
+}
+
+// Judgement is a property's verdict in a scenario run: its checker's Verdict
+// read under the property's Expectation, or the worst of a run's.
+type Judgement string
+
+// The judgements, from best to worst.
+const (
+	// JudgedPass: the property held.
+	JudgedPass Judgement = "PASS"
+	// JudgedHazard: the documented hazard, shown with proof (a proven fault
+	// effect before every violation, every violation of the hazard's kinds).
+	JudgedHazard Judgement = "HAZARD"
+	// JudgedUnknown: undecided (a checker ran out of time, a scheduled fault
+	// did not happen).
+	JudgedUnknown Judgement = "UNKNOWN"
+	// JudgedFail: a violation that is not the hazard.
+	JudgedFail Judgement = "FAIL"
+)
+
+func (j Judgement) rank() int {
+	switch j {
+	case JudgedHazard:
+		return 1
+	case JudgedUnknown:
+		return 2
+	case JudgedFail:
+		return 3
+	}
+	return 0
+}
+
+// WorstJudgement returns the worst of js (PASS when empty): FAIL over
+// UNKNOWN over HAZARD over PASS.
+func WorstJudgement(js ...Judgement) Judgement {
+	w := JudgedPass
+	for _, j := range js {
+		if j.rank() > w.rank() {
+			w = j
+		}
+	}
+	return w
+}
+
+// ExitStatus is the exit status of a run or a check whose worst judgement is
+// j: 0 for PASS and HAZARD (a documented hazard observed, with its
+// evidence), 1 for FAIL, 2 for UNKNOWN.
+func (j Judgement) ExitStatus() int {
+	switch j {
+	case JudgedFail:
+		return 1
+	case JudgedUnknown:
+		return 2
+	}
+	return 0
+}
+
+// Judge decides property p's verdict from its checker's result r and the
+// history's proven fault effects (Effects, in time order): PASS or UNKNOWN as
+// the checker said, and for a violation HAZARD when p may show the hazard,
+// every violation is of a hazard kind, and none was complete before the
+// first proven effect's fault began; FAIL otherwise, also when no fault was
+// seen to have an effect. For a violation it marks the hazard evidence, puts
+// the failures' evidence first and says in the summary how the violations
+// split. Scenario runs and fencecheck decide with it, so they agree.
+func Judge(p Property, r *Result, effects []Effect) Judgement {
+	switch r.Verdict {
+	case Fail:
+		return judgeViolations(p, r, effects)
+	case Unknown:
+		return JudgedUnknown
+	}
+	return JudgedPass
+}
+
+func judgeViolations(p Property, r *Result, effects []Effect) Judgement {
+	hz := p.HazardKinds()
+	faultStart := int64(-1)
+	for _, ef := range effects {
+		if faultStart < 0 || ef.From < faultStart {
+			faultStart = ef.From
+		}
+	}
+	isHazard := func(kind string) bool {
+		e, ok := r.Earliest[kind]
+		return faultStart >= 0 && slices.Contains(hz, kind) && (!ok || e >= faultStart)
+	}
+	v := JudgedHazard
+	if len(hz) == 0 || len(r.Kinds) == 0 {
+		v = JudgedFail
+	}
+	var parts []string
+	kinds := make([]string, 0, len(r.Kinds))
+	for k := range r.Kinds {
+		kinds = append(kinds, k)
+	}
+	slices.Sort(kinds)
+	for _, k := range kinds {
+		class := "FAIL"
+		if isHazard(k) {
+			class = "hazard"
+		} else {
+			v = JudgedFail
+			switch {
+			case slices.Contains(hz, k) && faultStart >= 0:
+				class = "FAIL: before the fault that had an effect"
+			case slices.Contains(hz, k):
+				class = "FAIL: no fault was seen to have an effect"
+			}
+		}
+		parts = append(parts, fmt.Sprintf("%d %s (%s)", r.Kinds[k], k, class))
+	}
+	for k := range r.Evidence {
+		r.Evidence[k].Hazard = r.Evidence[k].Kind != "" && isHazard(r.Evidence[k].Kind)
+	}
+	slices.SortStableFunc(r.Evidence, func(a, b Evidence) int {
+		switch {
+		case a.Hazard == b.Hazard:
+			return 0
+		case b.Hazard:
+			return -1
+		default:
+			return 1
+		}
+	})
+	if len(parts) > 0 && len(r.Evidence) > 0 {
+		first := r.Evidence[0].Msg
+		if r.Evidence[0].Key != "" {
+			first = fmt.Sprintf("key %q: %s", r.Evidence[0].Key, first)
+		}
+		r.Summary = fmt.Sprintf("%d violation(s): %s; first: %s", r.Violations, strings.Join(parts, ", "), first)
+	}
+	return v
+}
+
+// HazardOutcome says, for a run with a property that may show a hazard,
+// whether it did: "shown" when a property is HAZARD, "no effect" when no
+// fault was observed to have the effect the hazard needs, "not shown" when it
+// had and every property held; "" when no property may show a hazard.
+func HazardOutcome(props []Property, js []Judgement, effects []Effect) string {
+	if !slices.ContainsFunc(props, func(p Property) bool { return p.Expect == MayHazard }) {
+		return ""
+	}
+	switch {
+	case slices.Contains(js, JudgedHazard):
+		return "shown"
+	case len(effects) == 0:
+		return "no effect"
+	}
+	return "not shown"
+}

@@ -1,0 +1,154 @@
+package models
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coordtorture/coordtorture/history"
+)
+
+// HAZARD is decided per violation: only violations of the hazard's kinds,
+// complete after a fault with a proven effect began, are the hazard; anything
+// else is FAIL.
+func TestJudge(t *testing.T) {
+	// The kill began at 1s; the restart at 1.3s proved the data lost.
+	fault := []Effect{{From: int64(time.Second), At: int64(1300 * time.Millisecond), What: "dataset lost"}}
+	at := func(d time.Duration) int64 { return int64(d) }
+	res := func(kinds map[string]int, earliest map[string]int64, ev ...Evidence) Result {
+		n := 0
+		for _, c := range kinds {
+			n += c
+		}
+		return Result{Verdict: Fail, Kinds: kinds, Earliest: earliest, Violations: n, Evidence: ev}
+	}
+	reused := Evidence{Kind: KindTokenReused, Msg: "token 7 reused"}
+	stale := Evidence{Kind: KindStaleWrite, Msg: "stale write accepted"}
+	may := Property{Checker: "fenced-resource", Expect: MayHazard}
+	cases := []struct {
+		name string
+		p    Property
+		r    Result
+		log  []Effect
+		want Judgement
+	}{
+		{"reused token after the fault is the hazard", may,
+			res(map[string]int{KindTokenReused: 3}, map[string]int64{KindTokenReused: at(2 * time.Second)}, reused), fault, JudgedHazard},
+		{"a stale write accepted is never the hazard", may,
+			res(map[string]int{KindTokenReused: 2279, KindStaleWrite: 1},
+				map[string]int64{KindTokenReused: at(2 * time.Second), KindStaleWrite: at(3 * time.Second)}, reused, reused, stale), fault, JudgedFail},
+		{"a violation complete before the first fault is not its doing", may,
+			res(map[string]int{KindTokenReused: 1}, map[string]int64{KindTokenReused: at(500 * time.Millisecond)}, reused), fault, JudgedFail},
+		{"no fault was seen to have an effect", may,
+			res(map[string]int{KindTokenReused: 1}, map[string]int64{KindTokenReused: at(2 * time.Second)}, reused),
+			nil, JudgedFail},
+		{"the earliest effect's fault counts", may,
+			res(map[string]int{KindTokenReused: 1}, map[string]int64{KindTokenReused: at(1200 * time.Millisecond)}, reused),
+			append([]Effect{{From: int64(3 * time.Second), At: int64(3 * time.Second)}}, fault...), JudgedHazard},
+		{"must hold", Property{Checker: "fenced-resource"},
+			res(map[string]int{KindTokenReused: 1}, map[string]int64{KindTokenReused: at(2 * time.Second)}, reused), fault, JudgedFail},
+		{"a custom check without kinds", may, Result{Verdict: Fail, Violations: 1}, fault, JudgedFail},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := c.r
+			if got := Judge(c.p, &r, c.log); got != c.want {
+				t.Fatalf("verdict %s, want %s (summary %q)", got, c.want, r.Summary)
+			}
+			if c.want == JudgedFail && len(r.Evidence) > 0 && r.Evidence[0].Hazard {
+				t.Fatalf("a FAIL lists hazard evidence first: %+v", r.Evidence)
+			}
+		})
+	}
+	// The FAIL-class evidence comes first, and the summary splits the kinds.
+	r := res(map[string]int{KindTokenReused: 2279, KindStaleWrite: 1},
+		map[string]int64{KindTokenReused: at(2 * time.Second), KindStaleWrite: at(3 * time.Second)}, reused, reused, stale)
+	Judge(may, &r, fault)
+	if r.Evidence[0].Kind != KindStaleWrite || !r.Evidence[1].Hazard {
+		t.Fatalf("evidence order %+v", r.Evidence)
+	}
+	want := "2280 violation(s): 1 stale-write (FAIL), 2279 token-reused (hazard); first: stale write accepted"
+	if r.Summary != want {
+		t.Fatalf("summary %q, want %q", r.Summary, want)
+	}
+}
+
+// TestJudgePassThrough: PASS and UNKNOWN are the checker's, and the exit
+// statuses are coordtorture's (HAZARD passes).
+func TestJudgePassThrough(t *testing.T) {
+	may := Property{Checker: "exclusion", Expect: MayHazard}
+	if j := Judge(may, &Result{Verdict: Pass}, nil); j != JudgedPass {
+		t.Fatalf("pass: %s", j)
+	}
+	if j := Judge(may, &Result{Verdict: Unknown}, nil); j != JudgedUnknown {
+		t.Fatalf("unknown: %s", j)
+	}
+	if w := WorstJudgement(JudgedHazard, JudgedPass); w != JudgedHazard || w.ExitStatus() != 0 {
+		t.Fatalf("worst %s exit %d", w, w.ExitStatus())
+	}
+	if w := WorstJudgement(JudgedHazard, JudgedFail, JudgedUnknown); w != JudgedFail || w.ExitStatus() != 1 {
+		t.Fatalf("worst %s", w)
+	}
+	if w := WorstJudgement(JudgedUnknown, JudgedHazard); w != JudgedUnknown || w.ExitStatus() != 2 {
+		t.Fatalf("worst %s", w)
+	}
+}
+
+// TestHeaderProperties: the properties and options a run writes into its
+// history's header come back as they were.
+func TestHeaderProperties(t *testing.T) {
+	ps := []Property{
+		{Checker: "fenced-resource", Expect: MayHazard},
+		{Checker: "exclusion", Expect: MayHazard, Hazards: []string{KindOverlap}},
+		{Checker: "progress"},
+	}
+	o := Options{Drift: 5 * time.Millisecond, DenseTokens: true, LostNotifications: true, WakeBound: 3 * time.Second, Capacity: 4}
+	h := &history.Header{Options: HeaderOptions(o)}
+	for _, p := range ps {
+		h.Properties = append(h.Properties, HeaderProperty(p))
+	}
+	if h.Properties[0].Expect != "may-show-hazard" || h.Properties[2].Expect != "must-hold" ||
+		!slices.Equal(h.Properties[0].HazardKinds, []string{KindTokenReused}) || h.Properties[2].HazardKinds != nil {
+		t.Fatalf("header properties %+v", h.Properties)
+	}
+	back, bo, err := FromHeader(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range ps {
+		if !slices.Equal(back[k].HazardKinds(), ps[k].HazardKinds()) || back[k].Checker != ps[k].Checker || back[k].Expect != ps[k].Expect {
+			t.Errorf("property %d: %+v, want %+v", k, back[k], ps[k])
+		}
+	}
+	if bo != o.withDefaults() {
+		t.Fatalf("options %+v, want %+v", bo, o.withDefaults())
+	}
+	h.Options = []byte(`{"drift_ns":"x"}`)
+	if _, _, err := FromHeader(h); err == nil {
+		t.Fatal("bad options accepted")
+	}
+}
+
+// TestFaultsNotHappened: a failed nemesis operation, fewer than scheduled,
+// or a nemesis that scheduled nothing leave the run undecided; proofs of
+// effects are not faults.
+func TestFaultsNotHappened(t *testing.T) {
+	var b builder
+	h := b.ok(9, 10, 20, history.Op{F: history.FNemesis, Key: NemesisFault, Value: "kill n1"}).
+		ok(9, 30, 30, history.Op{F: history.FNemesis, Key: NemesisEffect, Value: "dataset lost"}).
+		info(9, 40, 50, history.Op{F: history.FNemesis, Key: NemesisHeal, Value: "restart n1", Err: "timeout"}).
+		build(t)
+	if got := FaultsNotHappened(h, true, 2); len(got) != 1 || !strings.Contains(got[0], "restart n1") {
+		t.Fatalf("%q", got)
+	}
+	if got := FaultsNotHappened(h, true, 3); len(got) != 2 || !strings.Contains(got[1], "1 of the 3") {
+		t.Fatalf("%q", got)
+	}
+	if got := FaultsNotHappened(&history.History{}, true, 0); len(got) != 1 {
+		t.Fatalf("%q", got)
+	}
+	if got := FaultsNotHappened(&history.History{}, false, 0); len(got) != 0 {
+		t.Fatalf("%q", got)
+	}
+}
