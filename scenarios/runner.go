@@ -250,6 +250,9 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 		}
 		defer topo.Close()
 		env.Topo, buildName = topo, topo.Build.Name
+		if env.Resource, err = startResource(ctx, topo, cfg.Clients, env.Resource.Fencing); err != nil {
+			return nil, err
+		}
 		for i := 0; i < cfg.Clients; i++ {
 			// A 250ms read/write timeout (the default is 3s) makes lost
 			// replies and slow links uncertain within a lease; the retry
@@ -354,7 +357,7 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	if topo := env.Topo; topo != nil {
 		// Leave the topology whole again (the nemesis may have been cut short).
 		_ = topo.HealAll()
-		for _, n := range append(topo.Nodes(), topo.Sentinels()...) {
+		for _, n := range append(append(topo.Nodes(), topo.Sentinels()...), topo.Aux()...) {
 			_ = topo.Resume(n.Name)
 		}
 	}

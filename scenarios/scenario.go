@@ -255,12 +255,20 @@ func Match(patterns []string) ([]*Scenario, error) {
 }
 
 // write records one write of proc to the protected resource with the token
-// (and owner) it holds.
+// (and owner) it holds: ok with the resource's sequence number when
+// accepted, fail (with it too) when refused, info when the resource's reply
+// did not arrive (lost, timed out, the connection cut or refused): such a
+// write may have been applied.
 func (e *Env) write(proc int, token int64, owner string) {
-	e.Rec.Invoke(proc, history.Op{F: history.FWrite, Key: "resource", Token: token, Owner: owner, Value: fmt.Sprintf("p%d", proc)})
-	if ok, seq := e.Resource.Write(token); ok {
+	value := fmt.Sprintf("p%d", proc)
+	e.Rec.Invoke(proc, history.Op{F: history.FWrite, Key: "resource", Token: token, Owner: owner, Value: value})
+	ok, seq, err := e.Resource.Write(context.Background(), proc, token, value)
+	switch {
+	case err != nil:
+		e.Rec.Info(proc, history.Op{Err: err.Error()})
+	case ok:
 		e.Rec.OK(proc, history.Op{Seq: seq})
-	} else {
+	default:
 		e.Rec.Fail(proc, history.Op{Seq: seq, Err: "stale token"})
 	}
 }

@@ -224,6 +224,7 @@ func TestRegistryComplete(t *testing.T) {
 		"fenced-lock/baseline-cluster", "fenced-lock/failover-cluster", "waiting-lock/handoff-cluster",
 		"waiting-lock/failover-cluster", "hash-lease/baseline-cluster", "hash-lease/failover-cluster",
 		"fenced-lock/lose-replies", "fenced-lock/reset-peer", "fenced-lock/black-hole", "fenced-lock/slow-replies",
+		"fenced-lock/resource-partition", "fenced-lock/resource-slow", "fenced-lock/resource-restart",
 	}
 	have := map[string]bool{}
 	for _, s := range scenarios.All() {
