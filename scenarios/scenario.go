@@ -140,6 +140,11 @@ type Scenario struct {
 	// NoProgress leaves out the progress checker, which Register adds to
 	// every scenario: for one whose every operation is meant to be refused.
 	NoProgress bool
+	// NoLeakScan, when set, says why the leak scan does not apply to the
+	// scenario (its leaks property is N/A with this reason). Register adds a
+	// leaks property to every scenario of a family that leaves leases on the
+	// server (fenced-lock, waiting-lock, hash-lease).
+	NoLeakScan string
 	// Verify holds the scenario's own checks, by property name, for what a
 	// history cannot show (the server's state after the run); the other
 	// properties name checkers of package models.
@@ -210,6 +215,9 @@ func Register(s *Scenario) {
 	}
 	if !s.NoProgress && !slices.ContainsFunc(s.Properties, func(p Property) bool { return p.Checker == "progress" }) {
 		s.Properties = append(slices.Clip(s.Properties), Property{Checker: "progress"})
+	}
+	if s.leakKey() != "" && !slices.ContainsFunc(s.Properties, func(p Property) bool { return p.Checker == "leaks" }) {
+		s.Properties = append(slices.Clip(s.Properties), Property{Checker: "leaks"})
 	}
 	registry[s.Name] = s
 }

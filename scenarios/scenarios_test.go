@@ -326,3 +326,18 @@ func TestFaultThatDidNotHappenIsUnknown(t *testing.T) {
 		t.Fatalf("verdict %s (%q), want UNKNOWN saying no fault happened", out.Verdict, out.Error)
 	}
 }
+
+// TestLockScenariosJudgeLeaks: every scenario of a family that leaves leases
+// on the server has the leaks property (the runner scans once every TTL has
+// elapsed, or says N/A with the reason).
+func TestLockScenariosJudgeLeaks(t *testing.T) {
+	for _, s := range scenarios.All() {
+		family := s.Name[:strings.Index(s.Name, "/")]
+		if family != "fenced-lock" && family != "waiting-lock" && family != "hash-lease" {
+			continue
+		}
+		if !slices.ContainsFunc(s.Properties, func(p scenarios.Property) bool { return p.Checker == "leaks" }) {
+			t.Errorf("%s: no leaks property", s.Name)
+		}
+	}
+}
