@@ -164,5 +164,5 @@ func isUnknownCommand(err error) bool {
 
 // leaksNA is the leaks property's result where the scan does not apply.
 func leaksNA(reason string) models.Result {
-	return models.Result{Checker: "leaks", Verdict: models.Unknown, Summary: "N/A: " + reason}
+	return models.Result{Checker: "leaks", Verdict: models.Unknown, Summary: reason}
 }
