@@ -122,3 +122,54 @@ func TestViolationKinds(t *testing.T) {
 		t.Fatalf("earliest %v; want token-reused at 130, stale-write at 5010", r.Earliest)
 	}
 }
+
+// Writes of unknown outcome (info: the reply was lost, the link timed out)
+// may or may not have been applied, at any point after their invocation.
+// They must cause no false FAIL — a rejection they may explain, an
+// acceptance they may not have blocked — and hide no stale write the
+// resource was seen to accept.
+func TestFencedResourceInfoWrites(t *testing.T) {
+	pass := map[string]*builder{
+		// The info write with token 9 may have been applied: 5 was stale then.
+		"seq: info justifies rejection": new(builder).ok(1, 0, 10, seqWrite("r", 3, 1)).info(2, 20, 30, write("r", 9)).
+			fail(3, 40, 50, seqWrite("r", 5, 3)),
+		// Concurrent with the rejection: it may have been applied just before.
+		"seq: concurrent info justifies rejection": new(builder).ok(1, 0, 10, seqWrite("r", 3, 1)).info(2, 45, 200, write("r", 9)).
+			fail(3, 40, 50, seqWrite("r", 5, 3)),
+		// The info write with token 9 may not have been applied: 5 is fine.
+		"seq: info may not have been applied": new(builder).ok(1, 0, 10, seqWrite("r", 3, 1)).info(2, 20, 30, write("r", 9)).
+			ok(3, 40, 50, seqWrite("r", 5, 3)),
+		"real time: info may not have been applied": new(builder).ok(1, 0, 10, write("r", 3)).info(2, 20, 30, write("r", 9)).
+			ok(3, 40, 50, write("r", 5)),
+		// An info write the resource applied took a seq nobody recorded.
+		"seq: gaps left by info writes": new(builder).ok(1, 0, 10, seqWrite("r", 3, 1)).info(2, 20, 30, write("r", 3)).
+			ok(3, 40, 50, seqWrite("r", 4, 5)),
+		// A write that never completed (the run ended) may apply any time.
+		"seq: pending write justifies rejection": new(builder).ok(1, 0, 10, seqWrite("r", 3, 1)).info(2, 20, -1, write("r", 9)).
+			fail(3, 40, 50, seqWrite("r", 5, 3)),
+	}
+	for name, b := range pass {
+		t.Run(name, func(t *testing.T) { expect(t, CheckFencedResource(b.build(t), Options{}), Pass) })
+	}
+	fail := map[string]struct {
+		b    *builder
+		want string
+	}{
+		// Whatever the info write did, 4 came after an accepted 5.
+		"seq: info hides no stale accept": {new(builder).ok(1, 0, 10, seqWrite("r", 5, 1)).info(2, 20, 30, write("r", 9)).
+			ok(3, 40, 50, seqWrite("r", 4, 2)), "stale write accepted: token 4 after token 5"},
+		"real time: info hides no stale accept": {new(builder).ok(1, 0, 10, write("r", 5)).info(2, 20, 30, write("r", 2)).
+			ok(3, 40, 50, write("r", 4)), "stale write accepted: token 4"},
+		// An info write with a smaller token cannot explain the rejection.
+		"seq: smaller info explains no rejection": {new(builder).ok(1, 0, 10, seqWrite("r", 3, 1)).info(2, 20, 30, write("r", 4)).
+			fail(3, 40, 50, seqWrite("r", 5, 2)), "write with token 5 rejected (seq 2)"},
+		// Invoked after the rejection returned: it cannot have come first.
+		"seq: later info explains no rejection": {new(builder).ok(1, 0, 10, seqWrite("r", 3, 1)).fail(3, 20, 30, seqWrite("r", 5, 2)).
+			info(2, 40, 50, write("r", 9)), "write with token 5 rejected (seq 2)"},
+		"real time: later info explains no rejection": {new(builder).ok(1, 0, 10, write("r", 3)).fail(3, 20, 30, write("r", 5)).
+			info(2, 40, 50, write("r", 9)), "write with token 5 rejected"},
+	}
+	for name, c := range fail {
+		t.Run(name, func(t *testing.T) { expect(t, CheckFencedResource(c.b.build(t), Options{}), Fail, c.want) })
+	}
+}

@@ -104,6 +104,10 @@ const (
 	JudgedUnknown Judgement = "UNKNOWN"
 	// JudgedFail: a violation that is not the hazard.
 	JudgedFail Judgement = "FAIL"
+	// JudgedNA: nothing to check in this run (the reason is the result's
+	// summary). Never a PASS; it leaves the overall verdict to the other
+	// properties.
+	JudgedNA Judgement = "N/A"
 )
 
 func (j Judgement) rank() int {

@@ -15,18 +15,28 @@ import (
 // expiry + Drift). When a scan found something earlier than that, or while
 // an entry without a TTL was never released, or after an acquisition or
 // renewal of unknown outcome that never completed, the verdict is UNKNOWN.
+// A history without a completed scan is UNKNOWN too: nothing was checked,
+// which is never a PASS.
 func CheckLeaks(h *history.History, o Options) Result {
 	start := time.Now()
 	o = o.withDefaults()
 	c := newCollector(o)
 	var scans []*history.Operation
+	var failed *history.Operation
 	for k := range h.Ops {
 		if op := &h.Ops[k]; op.F == history.FLeakScan && op.Type == history.OK {
 			scans = append(scans, op)
+		} else if op.F == history.FLeakScan && failed == nil {
+			failed = op
 		}
 	}
 	if len(scans) == 0 {
-		r := c.result("leaks", 0, "no leak_scan record: nothing checked")
+		if failed != nil {
+			c.undecided(failed.Key, fmt.Sprintf("the final-state scan did not complete (%s): %s", failed.Type, failed.Err), failed)
+		} else {
+			c.undecided("", "no leak_scan record: nothing checked")
+		}
+		r := c.result("leaks", 0, "")
 		r.Elapsed = time.Since(start)
 		return r
 	}

@@ -169,7 +169,8 @@ type junitMessage struct {
 }
 
 // WriteJUnit writes one test case per scenario × property: FAIL and UNKNOWN
-// are failures, HAZARD passes with its evidence in system-out. A run that
+// are failures, HAZARD passes with its evidence in system-out, N/A is
+// skipped with its reason. A run that
 // went wrong (its Error) adds a failing case named "run".
 func WriteJUnit(w io.Writer, r *Run) error {
 	var out junitSuites
@@ -188,6 +189,9 @@ func WriteJUnit(w io.Writer, r *Run) error {
 				s.Failures++
 			case scenarios.Hazard:
 				c.Out = msg + "\n" + strings.Join(ev, "\n")
+			case scenarios.NA: // nothing to check: skipped, with the reason
+				c.Skipped = &junitMessage{Message: msg}
+				s.Skipped++
 			}
 			s.Cases = append(s.Cases, c)
 			s.Tests++

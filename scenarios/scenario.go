@@ -118,6 +118,11 @@ type Scenario struct {
 	// NoProgress leaves out the progress checker, which Register adds to
 	// every scenario: for one whose every operation is meant to be refused.
 	NoProgress bool
+	// NoLeakScan, when set, says why the leak scan does not apply to the
+	// scenario (its leaks property is N/A with this reason). Register adds a
+	// leaks property to every scenario of a family that leaves leases on the
+	// server (fenced-lock, waiting-lock, hash-lease).
+	NoLeakScan string
 	// Verify holds the scenario's own checks, by property name, for what a
 	// history cannot show (the server's state after the run); the other
 	// properties name checkers of package models.
@@ -189,6 +194,9 @@ func Register(s *Scenario) {
 	if !s.NoProgress && !slices.ContainsFunc(s.Properties, func(p Property) bool { return p.Checker == "progress" }) {
 		s.Properties = append(slices.Clip(s.Properties), Property{Checker: "progress"})
 	}
+	if s.leakKey() != "" && !slices.ContainsFunc(s.Properties, func(p Property) bool { return p.Checker == "leaks" }) {
+		s.Properties = append(slices.Clip(s.Properties), Property{Checker: "leaks"})
+	}
 	registry[s.Name] = s
 }
 
@@ -233,12 +241,20 @@ func Match(patterns []string) ([]*Scenario, error) {
 }
 
 // write records one write of proc to the protected resource with the token
-// (and owner) it holds.
+// (and owner) it holds: ok with the resource's sequence number when
+// accepted, fail (with it too) when refused, info when the resource's reply
+// did not arrive (lost, timed out, the connection cut or refused): such a
+// write may have been applied.
 func (e *Env) write(proc int, token int64, owner string) {
-	e.Rec.Invoke(proc, history.Op{F: history.FWrite, Key: "resource", Token: token, Owner: owner, Value: fmt.Sprintf("p%d", proc)})
-	if ok, seq := e.Resource.Write(token); ok {
+	value := fmt.Sprintf("p%d", proc)
+	e.Rec.Invoke(proc, history.Op{F: history.FWrite, Key: "resource", Token: token, Owner: owner, Value: value})
+	ok, seq, err := e.Resource.Write(context.Background(), proc, token, value)
+	switch {
+	case err != nil:
+		e.Rec.Info(proc, history.Op{Err: err.Error()})
+	case ok:
 		e.Rec.OK(proc, history.Op{Seq: seq})
-	} else {
+	default:
 		e.Rec.Fail(proc, history.Op{Seq: seq, Err: "stale token"})
 	}
 }

@@ -226,6 +226,7 @@ func TestRegistryComplete(t *testing.T) {
 		"fenced-lock/baseline-cluster", "fenced-lock/failover-cluster", "waiting-lock/handoff-cluster",
 		"waiting-lock/failover-cluster", "hash-lease/baseline-cluster", "hash-lease/failover-cluster",
 		"fenced-lock/lose-replies", "fenced-lock/reset-peer", "fenced-lock/black-hole", "fenced-lock/slow-replies",
+		"fenced-lock/resource-partition", "fenced-lock/resource-slow", "fenced-lock/resource-restart",
 	}
 	have := map[string]bool{}
 	for _, s := range scenarios.All() {
@@ -325,5 +326,20 @@ func TestFaultThatDidNotHappenIsUnknown(t *testing.T) {
 	}
 	if out.Verdict != scenarios.Unknown || !strings.Contains(out.Error, "no fault was scheduled") {
 		t.Fatalf("verdict %s (%q), want UNKNOWN saying no fault happened", out.Verdict, out.Error)
+	}
+}
+
+// TestLockScenariosJudgeLeaks: every scenario of a family that leaves leases
+// on the server has the leaks property (the runner scans once every TTL has
+// elapsed, or says N/A with the reason).
+func TestLockScenariosJudgeLeaks(t *testing.T) {
+	for _, s := range scenarios.All() {
+		family := s.Name[:strings.Index(s.Name, "/")]
+		if family != "fenced-lock" && family != "waiting-lock" && family != "hash-lease" {
+			continue
+		}
+		if !slices.ContainsFunc(s.Properties, func(p scenarios.Property) bool { return p.Checker == "leaks" }) {
+			t.Errorf("%s: no leaks property", s.Name)
+		}
 	}
 }

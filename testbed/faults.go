@@ -24,7 +24,7 @@ func (t *Topology) Links() []*Link { return t.sb.allLinks() }
 // peers is every peer name: nodes, sentinels and client peers.
 func (t *Topology) allPeers() []string {
 	var out []string
-	for _, n := range append(t.Nodes(), t.sentinels...) {
+	for _, n := range append(append(t.Nodes(), t.sentinels...), t.Aux()...) {
 		out = append(out, n.Name)
 	}
 	return append(out, t.ClientPeers()...)

@@ -639,3 +639,72 @@ func TestSplitBrain(t *testing.T) {
 		}
 	})
 }
+
+// TestAddStandalone: a server beside the topology (the fenced resource of the
+// scenarios) has its own links, cut and healed like any other, is not among
+// the data nodes, and with AOF keeps its data across kill -9 and restart.
+func TestAddStandalone(t *testing.T) {
+	forEachBuild(t, func(t *testing.T, build string) {
+		ctx := ctxT(t, time.Minute)
+		topo := testbed.Standalone(t, build)
+		res, err := topo.AddStandalone(ctx, "res", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := topo.AddStandalone(ctx, "res", true); err == nil {
+			t.Fatal("a second server named res was started")
+		}
+		for _, n := range topo.Nodes() {
+			if n.Name == "res" {
+				t.Fatal("the auxiliary server is listed among the data nodes")
+			}
+		}
+		if topo.Node("res") != res || !res.Aux {
+			t.Fatal("Node does not find the auxiliary server")
+		}
+		c, err := topo.NodeClient("res", testbed.AsPeer("c0"), testbed.WithTimeout(300*time.Millisecond),
+			testbed.WithOptions(func(o *redis.UniversalOptions) { o.MaxRetries = -1 }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Set(ctx, "last", "7", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		// Isolating the data node leaves the resource's link alone.
+		if err := topo.Isolate("n1"); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Get(ctx, "last").Err(); err != nil {
+			t.Fatalf("isolating n1 cut c0→res: %v", err)
+		}
+		if err := topo.Partition("c0", "res"); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Get(ctx, "last").Err(); err == nil {
+			t.Fatal("a GET crossed the cut c0→res")
+		}
+		if err := topo.HealAll(); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 5*time.Second, "c0→res to heal", func() (bool, string) {
+			err := c.Get(ctx, "last").Err()
+			return err == nil, fmt.Sprint(err)
+		})
+		pid := res.Pid()
+		if err := topo.Restart(ctx, "res"); err != nil {
+			t.Fatal(err)
+		}
+		if res.Pid() == pid {
+			t.Fatal("restart kept the same process")
+		}
+		var got string
+		eventually(t, 5*time.Second, "client to reconnect", func() (bool, string) {
+			v, err := c.Get(ctx, "last").Result()
+			got = v
+			return err == nil, fmt.Sprint(err)
+		})
+		if got != "7" {
+			t.Fatalf("the AOF resource lost its data across a restart: %q", got)
+		}
+	})
+}

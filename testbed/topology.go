@@ -100,6 +100,7 @@ type Topology struct {
 	sentinels []*Node
 
 	mu      sync.Mutex
+	aux     []*Node // AddStandalone's servers
 	clients []interface{ Close() error }
 	peers   map[string]string // client peer name -> source IP
 	closed  bool
@@ -110,6 +111,9 @@ type Node struct {
 	// Name is the peer name: n1, n2… for data nodes, s1, s2, s3 for sentinels.
 	Name     string
 	Sentinel bool
+	// Aux marks a server beside the system under test (AddStandalone): a
+	// standalone server whatever the topology's kind, not among Nodes.
+	Aux bool
 	// Addr is the announced (proxied) client address: what clients, replicas and
 	// sentinels connect to.
 	Addr string
@@ -130,7 +134,11 @@ type Node struct {
 }
 
 func (t *Topology) newNode(name string, sentinel bool) (*Node, error) {
-	n := &Node{Name: name, Sentinel: sentinel, topo: t, ip: allocIP(), aof: t.cfg.aof && !sentinel}
+	return t.makeNode(name, sentinel, false)
+}
+
+func (t *Topology) makeNode(name string, sentinel, aux bool) (*Node, error) {
+	n := &Node{Name: name, Sentinel: sentinel, Aux: aux, topo: t, ip: allocIP(), aof: t.cfg.aof && !sentinel}
 	n.dir = filepath.Join(t.dir, name)
 	if err := os.MkdirAll(n.dir, 0o755); err != nil {
 		return nil, err
@@ -141,7 +149,7 @@ func (t *Topology) newNode(name string, sentinel bool) (*Node, error) {
 	if n.Addr, err = t.sb.expose(name, name, real); err != nil {
 		return nil, err
 	}
-	if t.Kind == KindCluster {
+	if t.Kind == KindCluster && !aux {
 		if n.BusAddr, err = t.sb.expose(name+".bus", name, net.JoinHostPort(n.ip, strconv.Itoa(serverPort+10000))); err != nil {
 			return nil, err
 		}
@@ -152,9 +160,14 @@ func (t *Topology) newNode(name string, sentinel bool) (*Node, error) {
 		DisableIdentity: true,
 	})
 	n.proc = &process{name: fmt.Sprintf("%s %s (%s)", t.Build.Name, name, n.ip), dir: n.dir, logPath: filepath.Join(n.dir, "server.log")}
-	if sentinel {
+	switch {
+	case aux:
+		t.mu.Lock()
+		t.aux = append(t.aux, n)
+		t.mu.Unlock()
+	case sentinel:
 		t.sentinels = append(t.sentinels, n)
-	} else {
+	default:
 		t.nodes = append(t.nodes, n)
 	}
 	return n, nil
@@ -197,6 +210,9 @@ func (n *Node) conf() string {
 	w("replica-announce-port %s", port(n.Addr))
 	if n.replicaOf != nil && t.Kind != KindCluster { // cluster nodes keep roles in nodes.conf
 		w("replicaof 127.0.0.1 %s", port(n.replicaOf.Addr))
+	}
+	if n.Aux {
+		return b.String() // standalone, without the topology's extra lines
 	}
 	if t.Kind == KindCluster {
 		w("cluster-enabled yes")
@@ -336,6 +352,28 @@ func NewStandalone(ctx context.Context, build string, opts ...Option) (_ *Topolo
 		return nil, err
 	}
 	return t, nil
+}
+
+// AddStandalone starts one more server beside the topology, a standalone one
+// whatever the topology's kind, named name: a service the workloads use next
+// to the system under test, such as the fenced resource they write to. Nodes
+// does not list it; Node, Kill, Start, Pause and Resume find it by name, and
+// its links ("c0→res") are cut and healed like any other (Partition, Isolate,
+// HealAll). With aof it runs with appendonly yes and appendfsync always, so a
+// kill -9 and restart keeps every acknowledged write. Close stops it.
+func (t *Topology) AddStandalone(ctx context.Context, name string, aof bool) (*Node, error) {
+	if t.Node(name) != nil {
+		return nil, fmt.Errorf("testbed: a server named %q already exists", name)
+	}
+	n, err := t.makeNode(name, false, true)
+	if err != nil {
+		return nil, err
+	}
+	n.aof = aof
+	if err := n.start(ctx); err != nil {
+		return nil, err
+	}
+	return n, nil
 }
 
 // NewIndependentSet starts n unrelated servers (r1…rn), e.g. for Redlock.
@@ -685,9 +723,16 @@ func (t *Topology) Nodes() []*Node { return append([]*Node(nil), t.nodes...) }
 // Sentinels returns the sentinels.
 func (t *Topology) Sentinels() []*Node { return append([]*Node(nil), t.sentinels...) }
 
-// Node returns the node or sentinel with the given name, or nil.
+// Aux returns the servers AddStandalone started beside the topology.
+func (t *Topology) Aux() []*Node {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]*Node(nil), t.aux...)
+}
+
+// Node returns the node, sentinel or auxiliary server with the given name, or nil.
 func (t *Topology) Node(name string) *Node {
-	for _, n := range append(t.Nodes(), t.sentinels...) {
+	for _, n := range append(append(t.Nodes(), t.sentinels...), t.Aux()...) {
 		if n.Name == name {
 			return n
 		}
@@ -701,7 +746,7 @@ func (t *Topology) Dir() string { return t.dir }
 // Logs returns the last lines of every server's log.
 func (t *Topology) Logs(lines int) string {
 	var b strings.Builder
-	for _, n := range append(t.Nodes(), t.sentinels...) {
+	for _, n := range append(append(t.Nodes(), t.sentinels...), t.Aux()...) {
 		fmt.Fprintf(&b, "=== %s\n%s\n", n.proc.name, n.LogTail(lines))
 	}
 	return b.String()
@@ -722,7 +767,7 @@ func (t *Topology) Close() error {
 		_ = c.Close()
 	}
 	var wg sync.WaitGroup
-	for _, n := range append(t.Nodes(), t.sentinels...) {
+	for _, n := range append(append(t.Nodes(), t.sentinels...), t.Aux()...) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

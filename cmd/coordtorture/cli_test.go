@@ -49,7 +49,7 @@ func TestRunWritesReportAndExitCodes(t *testing.T) {
 		}
 	}
 	junit, _ := os.ReadFile(filepath.Join(dir, "ok", "junit.xml"))
-	if strings.Count(string(junit), "<testcase") != 5 { // fenced-resource, token-order, exclusion, lease-protocol, progress
+	if strings.Count(string(junit), "<testcase") != 6 { // fenced-resource, token-order, exclusion, lease-protocol, progress, leaks
 		t.Fatalf("junit has %d test cases, want one per property:\n%s", strings.Count(string(junit), "<testcase"), junit)
 	}
 	out.Reset()

@@ -260,6 +260,9 @@ func recorded(hp history.HeaderProperty) (models.Result, models.Judgement) {
 	switch j := models.Judgement(hp.Verdict); j {
 	case models.JudgedPass:
 		return r, j
+	case models.JudgedNA:
+		r.Verdict = models.Unknown
+		return r, j
 	case models.JudgedHazard, models.JudgedFail:
 		r.Verdict = models.Fail
 		return r, j

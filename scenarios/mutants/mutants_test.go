@@ -243,3 +243,28 @@ func TestResourceIgnoringTokensFailsInHazardScenario(t *testing.T) {
 	}
 	t.Fatal("fenced-resource did not run")
 }
+
+// The resource is a server behind its own links: a resource that ignores
+// tokens FAILs there too, while those links are cut and healed.
+func TestResourceIgnoringTokensFailsBehindTheNetwork(t *testing.T) {
+	ss, err := scenarios.Match([]string{"fenced-lock/resource-partition"})
+	if err != nil || len(ss) != 1 {
+		t.Fatal(ss, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := scenarios.Run(ctx, ss[0], scenarios.Config{Build: build(), Duration: 4 * time.Second, Seed: 1, Impl: "mutant-resource-ignores-tokens"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range out.Results {
+		if p.Checker == "fenced-resource" {
+			t.Logf("%s: %s", p.Verdict, p.Result.Summary)
+			if p.Verdict != scenarios.Fail || p.Result.Kinds[models.KindStaleWrite] == 0 {
+				t.Fatalf("fenced-resource is %s (%v), want FAIL with stale writes", p.Verdict, p.Result.Kinds)
+			}
+			return
+		}
+	}
+	t.Fatal("no fenced-resource property")
+}
