@@ -137,6 +137,10 @@ type Scenario struct {
 	Check models.Options
 	// Impls lists the implementations the scenario supports ("prim" first).
 	Impls []string
+	// Waits says the workload waits for the lock through the
+	// implementation's Waiter interface (the waiting-lock family): a mutant
+	// runs on it only if it is a Waiter.
+	Waits bool
 	// NoProgress leaves out the progress checker, which Register adds to
 	// every scenario: for one whose every operation is meant to be refused.
 	NoProgress bool

@@ -14,16 +14,18 @@ import (
 	"github.com/coordtorture/coordtorture/testbed"
 )
 
-// The waiting-lock family: clients wait for the lock with prim's
-// invalidation-driven AcquireFencedLock, hold it briefly, write with its token
-// and release. Liveness (a free lock is taken within the wake bound, or by the
-// lease's expiry when notifications were lost) joins the lock properties.
+// The waiting-lock family: clients wait for the lock with the
+// implementation's waiting acquisition (Waiter; prim's invalidation-driven
+// AcquireFencedLock), hold it briefly, write with its token and release.
+// Liveness (a free lock is taken within the wake bound, or by the lease's
+// expiry when notifications were lost) joins the lock properties.
 
-// coordinators keeps one prim.Coordinator per client for the run, so each
-// client's waiters share one invalidation watcher, as a service's would.
+// coordinators keeps one prim.Coordinator per client for the run (the
+// hash-lease workload's), and the run's waiting acquisitions.
 type coordinators struct {
-	mu sync.Mutex
-	m  map[int]*prim.Coordinator
+	mu      sync.Mutex
+	m       map[int]*prim.Coordinator
+	waiting Waiting
 }
 
 func (e *Env) coordinator(proc int) *prim.Coordinator {
@@ -40,30 +42,53 @@ func (e *Env) coordinator(proc int) *prim.Coordinator {
 	return c
 }
 
+// waiting returns the run's waiting acquisitions of the implementation under
+// test, or nil if it cannot wait (Supports refuses such a run).
+func (e *Env) waiting() Waiting {
+	e.coords.mu.Lock()
+	defer e.coords.mu.Unlock()
+	if e.coords.waiting == nil {
+		w, ok := e.Impl.(Waiter)
+		if !ok {
+			return nil
+		}
+		e.coords.waiting = w.Waiting(e.Log)
+	}
+	return e.coords.waiting
+}
+
 func (e *Env) closeCoordinators() {
 	e.coords.mu.Lock()
 	defer e.coords.mu.Unlock()
 	for _, c := range e.coords.m {
 		c.Close()
 	}
+	if e.coords.waiting != nil {
+		e.coords.waiting.Close()
+	}
 }
 
+// waitingWorkload is one client: wait for the lock, hold it briefly, write
+// with its token, release.
 func waitingWorkload(ctx context.Context, env *Env, proc int) {
 	r := env.Rand(proc)
-	co := env.coordinator(proc)
+	wt := env.waiting()
+	if wt == nil {
+		return
+	}
+	c := env.Clients[proc]
 	rec := env.Rec
-	lease, fence := "{"+env.Key(lockKey)+"}:lease", "{"+env.Key(lockKey)+"}:fence"
 	for ctx.Err() == nil {
 		if _, err := rec.Invoke(proc, history.Op{F: history.FAcquireWait, Key: lockKey, TTLMs: env.TTL.Milliseconds()}); err != nil {
 			return
 		}
 		actx, cancel := context.WithTimeout(ctx, 10*env.TTL)
-		l, err := co.AcquireFencedLock(actx, lease, fence, env.TTL)
+		l, err := wt.Acquire(actx, c, env.Key(lockKey), env.TTL)
 		cancel()
 		switch {
 		case err == nil:
-			rec.OK(proc, history.Op{Token: l.FencingToken(), Owner: l.OwnerToken(), TTLMs: env.TTL.Milliseconds()})
-		case errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, prim.ErrUncertain):
+			rec.OK(proc, history.Op{Token: l.Token(), Owner: l.Owner(), TTLMs: env.TTL.Milliseconds()})
+		case errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, prim.ErrUncertain) && !errors.Is(err, ErrUncertain):
 			// The wait ended before the script was sent: nothing happened.
 			rec.Fail(proc, history.Op{Err: err.Error()})
 			continue
@@ -73,9 +98,8 @@ func waitingWorkload(ctx context.Context, env *Env, proc int) {
 			continue
 		}
 		sleep(ctx, time.Duration(2+r.IntN(10))*time.Millisecond)
-		env.write(proc, l.FencingToken(), l.OwnerToken())
-		env.release(ctx, proc, history.Op{Key: lockKey, Owner: l.OwnerToken(), Token: l.FencingToken()},
-			func(ctx context.Context) (string, error) { return primRelease(ctx, l.Release) })
+		env.write(proc, l.Token(), l.Owner())
+		env.release(ctx, proc, history.Op{Key: lockKey, Owner: l.Owner(), Token: l.Token()}, l.Release)
 	}
 }
 
@@ -119,6 +143,7 @@ func init() {
 		Properties: props,
 		Check:      waitingCheck,
 		Impls:      []string{"prim"},
+		Waits:      true,
 	})
 	Register(&Scenario{
 		Name: "waiting-lock/lost-notifications",
@@ -137,6 +162,7 @@ func init() {
 		Properties: props,
 		Check:      models.Options{Drift: 20 * time.Millisecond, WakeBound: time.Second, LostNotifications: true},
 		Impls:      []string{"prim"},
+		Waits:      true,
 	})
 	Register(&Scenario{
 		Name: "waiting-lock/failover",
@@ -149,5 +175,6 @@ func init() {
 		Properties: waitingFailoverProps,
 		Check:      waitingFailoverCheck,
 		Impls:      []string{"prim"},
+		Waits:      true,
 	})
 }
