@@ -140,6 +140,7 @@ func TestMutantsOnlyWhereTheWorkloadDrivesThem(t *testing.T) {
 	scenarios.RegisterImpl(fakeWaitingMutant{})
 	for _, tc := range []struct{ name, why string }{
 		{"waiting-lock/handoff", "cannot wait"},
+		{"waiting-lock/abandoned-holders", "cannot wait"},
 		{"hash-lease/baseline", "calls prim directly"},
 	} {
 		ss, _ := scenarios.Match([]string{tc.name})
@@ -151,7 +152,7 @@ func TestMutantsOnlyWhereTheWorkloadDrivesThem(t *testing.T) {
 			t.Errorf("%s: %v", tc.name, err)
 		}
 	}
-	for _, name := range []string{"fenced-lock/baseline", "waiting-lock/handoff"} {
+	for _, name := range []string{"fenced-lock/baseline", "waiting-lock/handoff", "waiting-lock/abandoned-holders"} {
 		ss, _ := scenarios.Match([]string{name})
 		if !ss[0].Supports("waiting-mutant-for-this-test") {
 			t.Errorf("%s refuses a mutant that can wait", name)
@@ -238,7 +239,7 @@ func TestRegistryComplete(t *testing.T) {
 		"fenced-lock/baseline", "fenced-lock/partition-client", "fenced-lock/partition-primary", "fenced-lock/latency",
 		"fenced-lock/pause-primary", "fenced-lock/pause-client", "fenced-lock/kill-restart-aof", "fenced-lock/kill-restart-noaof",
 		"fenced-lock/failover-sentinel", "fenced-lock/failover-forced", "fenced-lock/clock-skew", "fenced-lock/eviction",
-		"waiting-lock/handoff", "waiting-lock/lost-notifications", "waiting-lock/failover",
+		"waiting-lock/handoff", "waiting-lock/lost-notifications", "waiting-lock/failover", "waiting-lock/abandoned-holders",
 		"hash-lease/baseline", "hash-lease/partition", "hash-lease/expiry-race", "hash-lease/old-server",
 		"fenced-lock/baseline-cluster", "fenced-lock/failover-cluster", "waiting-lock/handoff-cluster",
 		"waiting-lock/failover-cluster", "hash-lease/baseline-cluster", "hash-lease/failover-cluster",

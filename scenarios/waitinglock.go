@@ -3,6 +3,7 @@ package scenarios
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -70,7 +71,21 @@ func (e *Env) closeCoordinators() {
 
 // waitingWorkload is one client: wait for the lock, hold it briefly, write
 // with its token, release.
-func waitingWorkload(ctx context.Context, env *Env, proc int) {
+func waitingWorkload(ctx context.Context, env *Env, proc int) { waitingLoop(ctx, env, proc, 0) }
+
+// abandoningWorkload is waitingWorkload whose holders crash now and then:
+// one acquisition in abandonEvery never writes nor releases, and its process
+// stays away for 3 to 5 leases, so the lease lapses with every other client
+// waiting.
+func abandoningWorkload(ctx context.Context, env *Env, proc int) {
+	waitingLoop(ctx, env, proc, 1.0/abandonEvery)
+}
+
+// abandonEvery is how many acquisitions, on average, a holder makes per
+// abandoned lease.
+const abandonEvery = 20
+
+func waitingLoop(ctx context.Context, env *Env, proc int, abandon float64) {
 	r := env.Rand(proc)
 	wt := env.waiting()
 	if wt == nil {
@@ -97,6 +112,12 @@ func waitingWorkload(ctx context.Context, env *Env, proc int) {
 			sleep(ctx, 10*time.Millisecond)
 			continue
 		}
+		if abandon > 0 && r.Float64() < abandon {
+			// The holder crashes: its lease lapses unreleased, and the
+			// process comes back (a restart) after 3 to 5 leases.
+			sleep(ctx, env.TTL*time.Duration(3+r.IntN(3)))
+			continue
+		}
 		sleep(ctx, time.Duration(2+r.IntN(10))*time.Millisecond)
 		env.write(proc, l.Token(), l.Owner())
 		env.release(ctx, proc, history.Op{Key: lockKey, Owner: l.Owner(), Token: l.Token()}, l.Release)
@@ -120,6 +141,46 @@ func killWatchers(ctx context.Context, e *Env) error {
 	}
 	return nil
 }
+
+// activeExpiryOff turns the servers' active expiry off (DEBUG
+// SET-ACTIVE-EXPIRE 0; the testbed enables DEBUG): a key past its ttl stays
+// until a command touches it, and so does its invalidation. It proves the
+// switch took: a key with a 1 ms ttl, in a database the workload does not
+// use, is still counted 200 ms later (active expiry would have removed it).
+func activeExpiryOff(ctx context.Context, e *Env) error {
+	for _, n := range e.Topo.Nodes() {
+		if err := n.Admin().Do(ctx, "DEBUG", "SET-ACTIVE-EXPIRE", "0").Err(); err != nil {
+			return fmt.Errorf("%s: DEBUG SET-ACTIVE-EXPIRE 0: %w", n.Name, err)
+		}
+		cn := n.Admin().Conn()
+		err := func() error {
+			defer cn.Close()
+			if err := cn.Select(ctx, canaryDB).Err(); err != nil {
+				return err
+			}
+			if err := cn.Set(ctx, "coordtorture:expiry-canary", "1", time.Millisecond).Err(); err != nil {
+				return err
+			}
+			sleep(ctx, 200*time.Millisecond)
+			k, err := cn.DBSize(ctx).Result()
+			if err != nil {
+				return err
+			}
+			if k == 0 {
+				return errors.New("a key with a 1 ms ttl was removed within 200 ms: active expiry is still on")
+			}
+			return cn.FlushDB(ctx).Err()
+		}()
+		if err != nil {
+			return fmt.Errorf("%s: %w", n.Name, err)
+		}
+		e.Note("%s: a key 200 ms past its ttl still stored", n.Name)
+	}
+	return nil
+}
+
+// canaryDB is the database activeExpiryOff proves the switch in.
+const canaryDB = 9
 
 // The waiting-lock properties: everything must hold without faults; across a
 // failover liveness must hold and the rest may show the asynchronous-failover
@@ -161,6 +222,22 @@ func init() {
 		},
 		Properties: props,
 		Check:      models.Options{Drift: 20 * time.Millisecond, WakeBound: time.Second, LostNotifications: true},
+		Impls:      []string{"prim"},
+		Waits:      true,
+	})
+	Register(&Scenario{
+		Name: "waiting-lock/abandoned-holders",
+		Summary: "active expiry is off on the server and holders crash now and then, leaving their lease to lapse with " +
+			"every other client waiting: an expired key is removed, and its invalidation sent, only when a command " +
+			"touches it, so only the waiters' own wake-up at the holder's deadline takes the lock in time. Everything, " +
+			"liveness included (a lapsed lease taken within the bound after its expiry), must hold.",
+		Topo:     Topology{Kind: testbed.KindStandalone},
+		Workload: abandoningWorkload,
+		Nemesis: func(*rand.Rand, time.Duration) []Event {
+			return []Event{{At: 0, Name: "active expiry off", Do: activeExpiryOff}}
+		},
+		Properties: props,
+		Check:      waitingCheck,
 		Impls:      []string{"prim"},
 		Waits:      true,
 	})
