@@ -93,3 +93,24 @@ func TestLeaks(t *testing.T) {
 	pending := base().info(3, m(30), -1, acq("k", 0, 100)).ok(9, m(500), m(501), leakScan(1, "k"))
 	expect(t, CheckLeaks(pending.build(t), Options{}), Unknown)
 }
+
+// An abandoned lease (its holder crashed: no release) is free from its
+// holder's deadline (acquisition + ttl + drift), with or without lost
+// notifications: a waiter must take it within WakeBound of that deadline, not
+// when the crashed holder's process comes back and touches the key.
+func TestLivenessAbandonedLease(t *testing.T) {
+	lost := live
+	lost.LostNotifications = true
+	for _, o := range []Options{live, lost} {
+		// Acquired at 1 ms for 100 ms, never released; a waiter takes it just
+		// after the deadline.
+		woken := new(builder).ok(1, m(0), m(1), acq("k", 1, 100)).
+			ok(2, m(10), m(104), acqWait("k", 2, 100))
+		expect(t, CheckLiveness(woken.build(t), o), Pass)
+		// The waiters sleep until the crashed holder returns at 400 ms.
+		slept := new(builder).ok(1, m(0), m(1), acq("k", 1, 100)).
+			ok(2, m(10), m(401), acqWait("k", 2, 100)).ok(3, m(20), m(420), acqWait("k", 3, 100)).
+			fail(1, m(400), m(400), acqWait("k", 0, 100))
+		expect(t, CheckLiveness(slept.build(t), o), Fail, "lock expired")
+	}
+}

@@ -48,6 +48,28 @@ type Renewer interface {
 	Verify(ctx context.Context) (bool, error)
 }
 
+// Waiter is a lock implementation that can also wait for the lock: the
+// waiting-lock workload acquires through it (acquire_wait), so a waiting-lock
+// scenario runs an implementation, a mutant included, only if it is a Waiter.
+type Waiter interface {
+	LockImpl
+	// Waiting starts one run's waiting acquisitions (their connections and
+	// watchers), logging to log; the run closes it when its workload ends.
+	Waiting(log *slog.Logger) Waiting
+}
+
+// Waiting is one run's waiting acquisitions of a Waiter.
+type Waiting interface {
+	// Acquire waits on client c for the lock named key (leased for ttl)
+	// until it is acquired or ctx ends. When ctx ends before an attempt
+	// that may have taken the lock, the error matches ctx's error and not
+	// ErrUncertain (nothing happened); an attempt of unknown outcome gives
+	// an error matching ErrUncertain (or prim.ErrUncertain).
+	Acquire(ctx context.Context, c redis.UniversalClient, key string, ttl time.Duration) (Held, error)
+	// Close ends the run's waits and frees what they hold.
+	Close()
+}
+
 // ErrContended is an acquisition that definitely did not happen.
 var ErrContended = errors.New("contended")
 
@@ -129,6 +151,47 @@ func (p *primImpl) TryAcquire(ctx context.Context, c redis.UniversalClient, key 
 		return nil, fmt.Errorf("%w: %w", ErrUncertain, err)
 	}
 	return nil, err
+}
+
+// Waiting implements Waiter: prim's invalidation-driven AcquireFencedLock,
+// with one prim.Coordinator per client, so each client's waiters share one
+// invalidation watcher, as a service's would.
+func (p *primImpl) Waiting(log *slog.Logger) Waiting { return &primWaiting{log: log} }
+
+type primWaiting struct {
+	log    *slog.Logger
+	mu     sync.Mutex
+	coords map[redis.UniversalClient]*prim.Coordinator
+}
+
+func (p *primWaiting) Acquire(ctx context.Context, c redis.UniversalClient, key string, ttl time.Duration) (Held, error) {
+	p.mu.Lock()
+	if p.coords == nil {
+		p.coords = map[redis.UniversalClient]*prim.Coordinator{}
+	}
+	co := p.coords[c]
+	if co == nil {
+		var opts []prim.Option
+		if p.log != nil {
+			opts = append(opts, prim.WithLogger(p.log))
+		}
+		co = prim.New(c, opts...)
+		p.coords[c] = co
+	}
+	p.mu.Unlock()
+	l, err := co.AcquireFencedLock(ctx, "{"+key+"}:lease", "{"+key+"}:fence", ttl)
+	if err != nil {
+		return nil, err
+	}
+	return primHeld{l}, nil
+}
+
+func (p *primWaiting) Close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, co := range p.coords {
+		co.Close()
+	}
 }
 
 type primHeld struct{ l *prim.FencedLock }

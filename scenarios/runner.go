@@ -82,10 +82,15 @@ type External struct {
 // Supports reports whether s runs on the named implementation. A registered
 // mutant runs only where the workload drives the implementation under test
 // (Env.Impl): the scenarios that also run the peer libraries, which only that
-// interface can drive. A workload that calls prim directly would test prim
-// and pass the mutant.
+// interface can drive, and the waiting scenarios (Waits) when the mutant is a
+// Waiter. A workload that calls prim directly would test prim and pass the
+// mutant.
 func (s *Scenario) Supports(impl string) bool {
-	if _, mutant := extraImpls[impl]; mutant {
+	if m, mutant := extraImpls[impl]; mutant {
+		if s.Waits {
+			_, ok := m.(Waiter)
+			return ok
+		}
 		return slices.ContainsFunc(Peers, func(p string) bool { return slices.Contains(s.Impls, p) })
 	}
 	if len(s.Impls) == 0 {
@@ -199,6 +204,9 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	}
 	supported := s.Supports(impl.Name())
 	if !supported {
+		if _, mutant := extraImpls[impl.Name()]; mutant && s.Waits {
+			return nil, fmt.Errorf("scenarios: %s waits for the lock, and the mutant %s cannot wait (it is not a scenarios.Waiter)", s.Name, impl.Name())
+		}
 		if _, mutant := extraImpls[impl.Name()]; mutant {
 			return nil, fmt.Errorf("scenarios: %s calls prim directly, so it cannot run the mutant %s (mutants run on the scenarios that also run the peers, such as fenced-lock/*)", s.Name, impl.Name())
 		}

@@ -115,6 +115,10 @@ type Scenario struct {
 	// Run). A scenario about replies slower than the lease sets go-redis's
 	// default, 3s, so that such replies arrive instead of timing out.
 	ClientTimeout time.Duration
+	// Waits says the workload waits for the lock through the
+	// implementation's Waiter interface (the waiting-lock family): a mutant
+	// runs on it only if it is a Waiter.
+	Waits bool
 	// NoProgress leaves out the progress checker, which Register adds to
 	// every scenario: for one whose every operation is meant to be refused.
 	NoProgress bool

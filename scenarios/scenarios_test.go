@@ -135,24 +135,44 @@ func TestHardenedClients(t *testing.T) {
 }
 
 // TestMutantsOnlyWhereTheWorkloadDrivesThem: a workload that calls prim
-// directly cannot test a mutant, so it refuses one instead of passing it.
+// directly cannot test a mutant, so it refuses one instead of passing it; the
+// waiting workload drives a mutant only if it can wait (a Waiter).
 func TestMutantsOnlyWhereTheWorkloadDrivesThem(t *testing.T) {
 	scenarios.RegisterImpl(fakeMutant{})
-	for _, name := range []string{"waiting-lock/handoff", "hash-lease/baseline"} {
-		ss, _ := scenarios.Match([]string{name})
+	scenarios.RegisterImpl(fakeWaitingMutant{})
+	for _, tc := range []struct{ name, why string }{
+		{"waiting-lock/handoff", "cannot wait"},
+		{"waiting-lock/abandoned-holders", "cannot wait"},
+		{"hash-lease/baseline", "calls prim directly"},
+	} {
+		ss, _ := scenarios.Match([]string{tc.name})
 		if ss[0].Supports("mutant-for-this-test") {
-			t.Errorf("%s accepts a mutant it cannot run", name)
+			t.Errorf("%s accepts a mutant it cannot run", tc.name)
 		}
 		_, err := scenarios.Run(context.Background(), ss[0], scenarios.Config{Impl: "mutant-for-this-test"})
-		if err == nil || !strings.Contains(err.Error(), "calls prim directly") {
-			t.Errorf("%s: %v", name, err)
+		if err == nil || !strings.Contains(err.Error(), tc.why) {
+			t.Errorf("%s: %v", tc.name, err)
+		}
+	}
+	for _, name := range []string{"fenced-lock/baseline", "waiting-lock/handoff", "waiting-lock/abandoned-holders"} {
+		ss, _ := scenarios.Match([]string{name})
+		if !ss[0].Supports("waiting-mutant-for-this-test") {
+			t.Errorf("%s refuses a mutant that can wait", name)
 		}
 	}
 	ss, _ := scenarios.Match([]string{"fenced-lock/baseline"})
 	if !ss[0].Supports("mutant-for-this-test") {
 		t.Error("fenced-lock/baseline refuses a mutant")
 	}
+	ss, _ = scenarios.Match([]string{"hash-lease/baseline"})
+	if ss[0].Supports("waiting-mutant-for-this-test") {
+		t.Error("hash-lease/baseline accepts a mutant it cannot run")
+	}
 }
+
+type fakeWaitingMutant struct{ scenarios.Waiter }
+
+func (fakeWaitingMutant) Name() string { return "waiting-mutant-for-this-test" }
 
 type fakeMutant struct{ scenarios.LockImpl }
 
@@ -221,7 +241,7 @@ func TestRegistryComplete(t *testing.T) {
 		"fenced-lock/baseline", "fenced-lock/partition-client", "fenced-lock/partition-primary", "fenced-lock/latency",
 		"fenced-lock/pause-primary", "fenced-lock/pause-client", "fenced-lock/kill-restart-aof", "fenced-lock/kill-restart-noaof",
 		"fenced-lock/failover-sentinel", "fenced-lock/failover-forced", "fenced-lock/clock-skew", "fenced-lock/eviction",
-		"waiting-lock/handoff", "waiting-lock/lost-notifications", "waiting-lock/failover",
+		"waiting-lock/handoff", "waiting-lock/lost-notifications", "waiting-lock/failover", "waiting-lock/abandoned-holders",
 		"hash-lease/baseline", "hash-lease/partition", "hash-lease/expiry-race", "hash-lease/old-server",
 		"fenced-lock/baseline-cluster", "fenced-lock/failover-cluster", "waiting-lock/handoff-cluster",
 		"waiting-lock/failover-cluster", "hash-lease/baseline-cluster", "hash-lease/failover-cluster",

@@ -3,6 +3,7 @@ package scenarios
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -14,16 +15,18 @@ import (
 	"github.com/coordtorture/coordtorture/testbed"
 )
 
-// The waiting-lock family: clients wait for the lock with prim's
-// invalidation-driven AcquireFencedLock, hold it briefly, write with its token
-// and release. Liveness (a free lock is taken within the wake bound, or by the
-// lease's expiry when notifications were lost) joins the lock properties.
+// The waiting-lock family: clients wait for the lock with the
+// implementation's waiting acquisition (Waiter; prim's invalidation-driven
+// AcquireFencedLock), hold it briefly, write with its token and release.
+// Liveness (a free lock is taken within the wake bound, or by the lease's
+// expiry when notifications were lost) joins the lock properties.
 
-// coordinators keeps one prim.Coordinator per client for the run, so each
-// client's waiters share one invalidation watcher, as a service's would.
+// coordinators keeps one prim.Coordinator per client for the run (the
+// hash-lease workload's), and the run's waiting acquisitions.
 type coordinators struct {
-	mu sync.Mutex
-	m  map[int]*prim.Coordinator
+	mu      sync.Mutex
+	m       map[int]*prim.Coordinator
+	waiting Waiting
 }
 
 func (e *Env) coordinator(proc int) *prim.Coordinator {
@@ -40,30 +43,67 @@ func (e *Env) coordinator(proc int) *prim.Coordinator {
 	return c
 }
 
+// waiting returns the run's waiting acquisitions of the implementation under
+// test, or nil if it cannot wait (Supports refuses such a run).
+func (e *Env) waiting() Waiting {
+	e.coords.mu.Lock()
+	defer e.coords.mu.Unlock()
+	if e.coords.waiting == nil {
+		w, ok := e.Impl.(Waiter)
+		if !ok {
+			return nil
+		}
+		e.coords.waiting = w.Waiting(e.Log)
+	}
+	return e.coords.waiting
+}
+
 func (e *Env) closeCoordinators() {
 	e.coords.mu.Lock()
 	defer e.coords.mu.Unlock()
 	for _, c := range e.coords.m {
 		c.Close()
 	}
+	if e.coords.waiting != nil {
+		e.coords.waiting.Close()
+	}
 }
 
-func waitingWorkload(ctx context.Context, env *Env, proc int) {
+// waitingWorkload is one client: wait for the lock, hold it briefly, write
+// with its token, release.
+func waitingWorkload(ctx context.Context, env *Env, proc int) { waitingLoop(ctx, env, proc, 0) }
+
+// abandoningWorkload is waitingWorkload whose holders crash now and then:
+// one acquisition in abandonEvery never writes nor releases, and its process
+// stays away for 3 to 5 leases, so the lease lapses with every other client
+// waiting.
+func abandoningWorkload(ctx context.Context, env *Env, proc int) {
+	waitingLoop(ctx, env, proc, 1.0/abandonEvery)
+}
+
+// abandonEvery is how many acquisitions, on average, a holder makes per
+// abandoned lease.
+const abandonEvery = 20
+
+func waitingLoop(ctx context.Context, env *Env, proc int, abandon float64) {
 	r := env.Rand(proc)
-	co := env.coordinator(proc)
+	wt := env.waiting()
+	if wt == nil {
+		return
+	}
+	c := env.Clients[proc]
 	rec := env.Rec
-	lease, fence := "{"+env.Key(lockKey)+"}:lease", "{"+env.Key(lockKey)+"}:fence"
 	for ctx.Err() == nil {
 		if _, err := rec.Invoke(proc, history.Op{F: history.FAcquireWait, Key: lockKey, TTLMs: env.TTL.Milliseconds()}); err != nil {
 			return
 		}
 		actx, cancel := context.WithTimeout(ctx, 10*env.TTL)
-		l, err := co.AcquireFencedLock(actx, lease, fence, env.TTL)
+		l, err := wt.Acquire(actx, c, env.Key(lockKey), env.TTL)
 		cancel()
 		switch {
 		case err == nil:
-			rec.OK(proc, history.Op{Token: l.FencingToken(), Owner: l.OwnerToken(), TTLMs: env.TTL.Milliseconds()})
-		case errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, prim.ErrUncertain):
+			rec.OK(proc, history.Op{Token: l.Token(), Owner: l.Owner(), TTLMs: env.TTL.Milliseconds()})
+		case errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, prim.ErrUncertain) && !errors.Is(err, ErrUncertain):
 			// The wait ended before the script was sent: nothing happened.
 			rec.Fail(proc, history.Op{Err: err.Error()})
 			continue
@@ -72,10 +112,15 @@ func waitingWorkload(ctx context.Context, env *Env, proc int) {
 			sleep(ctx, 10*time.Millisecond)
 			continue
 		}
+		if abandon > 0 && r.Float64() < abandon {
+			// The holder crashes: its lease lapses unreleased, and the
+			// process comes back (a restart) after 3 to 5 leases.
+			sleep(ctx, env.TTL*time.Duration(3+r.IntN(3)))
+			continue
+		}
 		sleep(ctx, time.Duration(2+r.IntN(10))*time.Millisecond)
-		env.write(proc, l.FencingToken(), l.OwnerToken())
-		env.release(ctx, proc, history.Op{Key: lockKey, Owner: l.OwnerToken(), Token: l.FencingToken()},
-			func(ctx context.Context) (string, error) { return primRelease(ctx, l.Release) })
+		env.write(proc, l.Token(), l.Owner())
+		env.release(ctx, proc, history.Op{Key: lockKey, Owner: l.Owner(), Token: l.Token()}, l.Release)
 	}
 }
 
@@ -96,6 +141,46 @@ func killWatchers(ctx context.Context, e *Env) error {
 	}
 	return nil
 }
+
+// activeExpiryOff turns the servers' active expiry off (DEBUG
+// SET-ACTIVE-EXPIRE 0; the testbed enables DEBUG): a key past its ttl stays
+// until a command touches it, and so does its invalidation. It proves the
+// switch took: a key with a 1 ms ttl, in a database the workload does not
+// use, is still counted 200 ms later (active expiry would have removed it).
+func activeExpiryOff(ctx context.Context, e *Env) error {
+	for _, n := range e.Topo.Nodes() {
+		if err := n.Admin().Do(ctx, "DEBUG", "SET-ACTIVE-EXPIRE", "0").Err(); err != nil {
+			return fmt.Errorf("%s: DEBUG SET-ACTIVE-EXPIRE 0: %w", n.Name, err)
+		}
+		cn := n.Admin().Conn()
+		err := func() error {
+			defer cn.Close()
+			if err := cn.Select(ctx, canaryDB).Err(); err != nil {
+				return err
+			}
+			if err := cn.Set(ctx, "coordtorture:expiry-canary", "1", time.Millisecond).Err(); err != nil {
+				return err
+			}
+			sleep(ctx, 200*time.Millisecond)
+			k, err := cn.DBSize(ctx).Result()
+			if err != nil {
+				return err
+			}
+			if k == 0 {
+				return errors.New("a key with a 1 ms ttl was removed within 200 ms: active expiry is still on")
+			}
+			return cn.FlushDB(ctx).Err()
+		}()
+		if err != nil {
+			return fmt.Errorf("%s: %w", n.Name, err)
+		}
+		e.Note("%s: a key 200 ms past its ttl still stored", n.Name)
+	}
+	return nil
+}
+
+// canaryDB is the database activeExpiryOff proves the switch in.
+const canaryDB = 9
 
 // The waiting-lock properties: everything must hold without faults; across a
 // failover liveness must hold and the rest may show the asynchronous-failover
@@ -119,6 +204,7 @@ func init() {
 		Properties: props,
 		Check:      waitingCheck,
 		Impls:      []string{"prim"},
+		Waits:      true,
 	})
 	Register(&Scenario{
 		Name: "waiting-lock/lost-notifications",
@@ -137,6 +223,26 @@ func init() {
 		Properties: props,
 		Check:      models.Options{Drift: 20 * time.Millisecond, WakeBound: time.Second, LostNotifications: true},
 		Impls:      []string{"prim"},
+		Waits:      true,
+	})
+	Register(&Scenario{
+		Name: "waiting-lock/abandoned-holders",
+		Summary: "active expiry is off on the server and holders crash now and then, leaving their lease to lapse with " +
+			"every other client waiting: an expired key is removed, and its invalidation sent, only when a command " +
+			"touches it, so only the waiters' own wake-up at the holder's deadline takes the lock in time. Everything, " +
+			"liveness included (a lapsed lease taken within the bound after its expiry), must hold.",
+		Topo:     Topology{Kind: testbed.KindStandalone},
+		Workload: abandoningWorkload,
+		Nemesis: func(*rand.Rand, time.Duration) []Event {
+			return []Event{{At: 0, Name: "active expiry off", Do: activeExpiryOff}}
+		},
+		Properties: props,
+		// Turning active expiry off degrades nothing the workload needs
+		// recovering from: progress is judged from shortly after it (the
+		// default 2 s after an event would leave too few operations).
+		Check: models.Options{Drift: waitingCheck.Drift, WakeBound: waitingCheck.WakeBound, RecoverBound: 250 * time.Millisecond},
+		Impls: []string{"prim"},
+		Waits: true,
 	})
 	Register(&Scenario{
 		Name: "waiting-lock/failover",
@@ -149,5 +255,6 @@ func init() {
 		Properties: waitingFailoverProps,
 		Check:      waitingFailoverCheck,
 		Impls:      []string{"prim"},
+		Waits:      true,
 	})
 }

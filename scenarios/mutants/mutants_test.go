@@ -3,6 +3,7 @@ package mutants_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -267,4 +268,51 @@ func TestResourceIgnoringTokensFailsBehindTheNetwork(t *testing.T) {
 		}
 	}
 	t.Fatal("no fenced-resource property")
+}
+
+// A waiter that never wakes at the holder's deadline sleeps through every
+// lease its holder abandoned, once active expiry is off: liveness FAILs, with
+// evidence of an expired (not released) lock. prim's waiters, which also wake
+// at the PTTL deadline, PASS the same scenario.
+func TestWaiterIgnoringDeadline(t *testing.T) {
+	for _, tc := range []struct {
+		impl    string
+		correct bool
+	}{{"prim", true}, {"mutant-waiter-ignores-deadline", false}} {
+		t.Run(tc.impl, func(t *testing.T) {
+			ss, err := scenarios.Match([]string{"waiting-lock/abandoned-holders"})
+			if err != nil || len(ss) != 1 {
+				t.Fatal(ss, err)
+			}
+			if !ss[0].Supports(tc.impl) {
+				t.Fatalf("%s refuses %s", ss[0].Name, tc.impl)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			out, err := scenarios.Run(ctx, ss[0], scenarios.Config{Build: build(), Duration: 4 * time.Second, Seed: 1, Impl: tc.impl})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out.Error != "" {
+				t.Fatalf("the run did not set its condition: %s", out.Error)
+			}
+			for _, p := range out.Results {
+				t.Logf("%s: %s %s", p.Checker, p.Verdict, p.Result.Summary)
+			}
+			for _, p := range out.Results {
+				if p.Checker != "liveness" {
+					continue
+				}
+				expect(t, tc.correct, p.Result)
+				if !tc.correct && (len(p.Result.Evidence) == 0 || !strings.Contains(p.Result.Evidence[0].Msg, "lock expired")) {
+					t.Fatalf("the evidence is not a waiter that slept through an expired lease: %+v", p.Result.Evidence)
+				}
+				if tc.correct && out.Verdict != scenarios.Pass {
+					t.Fatalf("prim: %s", out.Verdict)
+				}
+				return
+			}
+			t.Fatal("liveness did not run")
+		})
+	}
 }
