@@ -141,7 +141,7 @@ func healOnceTaken(ctx context.Context, e *Env, np, old *testbed.Node, promote f
 // by a slow election.
 func splitBrain(_ *rand.Rand, d time.Duration) []Event {
 	return []Event{
-		{At: d / 8, Name: "split n1 and half the clients from the rest until a replica is elected, then heal", Do: func(ctx context.Context, e *Env) error {
+		{At: d / 10, Name: "split n1 and half the clients from the rest until a replica is elected, then heal", Do: func(ctx context.Context, e *Env) error {
 			old := e.Topo.Node("n1")
 			side := []string{old.Name}
 			for i := range len(e.Clients) / 2 {
@@ -240,7 +240,10 @@ func init() {
 		Summary: "the primary and half the clients are cut off from the replica, the sentinels and the other clients; " +
 			"the sentinels elect the replica, which the other clients follow, while the old primary goes on serving the " +
 			"first half: two primaries hand out tokens and leases at once, then the split heals." + lost,
-		Topo: Topology{Kind: testbed.KindReplicated, Replicas: 1, Sentinels: 3}, Workload: lockWorkload(0.1, shortStall),
+		// The sentinels act after 500ms without an answer (not 1s), so the
+		// election comes well within a short run.
+		Topo:       Topology{Kind: testbed.KindReplicated, Replicas: 1, Sentinels: 3, DownAfter: behind},
+		Workload:   lockWorkload(0.1, shortStall),
 		Nemesis:    splitBrain,
 		Properties: hazards, Check: drift, Impls: AllImpls(),
 	})
