@@ -75,23 +75,30 @@ type offsetWatch struct {
 	max  int64 // written by the watcher until done is closed
 }
 
-// watchOffset starts watching n. -1 as max means the node never answered.
+// watchOffset starts watching n, with a first sample taken before it
+// returns (a fault that demotes n at once, as a forced promotion does, must
+// not outrun the watch). -1 as max means the node never answered as a
+// primary.
 func watchOffset(ctx context.Context, n *testbed.Node) *offsetWatch {
 	w := &offsetWatch{stop: make(chan struct{}), done: make(chan struct{}), max: -1}
+	sample := func() {
+		if role, off, ok := replicationOf(ctx, n); ok && role == "master" && off > w.max {
+			w.max = off
+		}
+	}
+	sample()
 	go func() {
 		defer close(w.done)
 		tick := time.NewTicker(5 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			if role, off, ok := replicationOf(ctx, n); ok && role == "master" && off > w.max {
-				w.max = off
-			}
 			select {
 			case <-w.stop:
 				return
 			case <-ctx.Done():
 				return
 			case <-tick.C:
+				sample()
 			}
 		}
 	}()

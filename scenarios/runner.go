@@ -455,6 +455,9 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 
 func startTopology(ctx context.Context, t Topology, cfg Config) (*testbed.Topology, error) {
 	opts := []testbed.Option{testbed.WithLogf(cfg.Logf), testbed.WithAOF(t.AOF)}
+	if t.DownAfter > 0 {
+		opts = append(opts, testbed.WithDownAfter(t.DownAfter))
+	}
 	if t.Build != "" {
 		cfg.Build = t.Build
 	}

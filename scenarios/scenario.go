@@ -66,6 +66,10 @@ type Topology struct {
 	Primaries          int // cluster
 	ReplicasPerPrimary int // cluster
 	AOF                bool
+	// DownAfter is the sentinels' down-after-milliseconds (replicated; 0 =
+	// the testbed's default, 1s): how soon they fail over an unreachable
+	// primary on their own.
+	DownAfter time.Duration
 	// Build pins the server build whatever the run's build (hash-lease/
 	// old-server needs a server without hash-field expiry).
 	Build string

@@ -78,8 +78,12 @@ func TestFencedLockScenarios(t *testing.T) {
 			}
 			// The documented hazards must actually be produced, with evidence.
 			wantHazard := map[string]string{
-				"fenced-lock/failover-forced":    "token-order",
-				"fenced-lock/kill-restart-noaof": "token-order",
+				"fenced-lock/failover-forced":           "token-order",
+				"fenced-lock/kill-restart-noaof":        "token-order",
+				"fenced-lock/failover-cluster-takeover": "token-order",
+				"fenced-lock/failover-cluster-force":    "token-order",
+				"fenced-lock/promote-replica":           "token-order",
+				"fenced-lock/split-brain":               "token-order",
 			}[s.Name]
 			if wantHazard != "" && verdictOf(out, wantHazard) != scenarios.Hazard {
 				t.Fatalf("%s: %s is %s; the scenario must show the hazard", s.Name, wantHazard, verdictOf(out, wantHazard))
@@ -245,8 +249,10 @@ func TestRegistryComplete(t *testing.T) {
 		"hash-lease/baseline", "hash-lease/partition", "hash-lease/expiry-race", "hash-lease/old-server",
 		"fenced-lock/baseline-cluster", "fenced-lock/failover-cluster", "waiting-lock/handoff-cluster",
 		"waiting-lock/failover-cluster", "hash-lease/baseline-cluster", "hash-lease/failover-cluster",
-		"fenced-lock/lose-replies", "fenced-lock/reset-peer", "fenced-lock/black-hole", "fenced-lock/slow-replies",
+		"fenced-lock/lose-replies", "fenced-lock/reset-peer", "fenced-lock/black-hole", "fenced-lock/slow-replies", "fenced-lock/slow-beyond-lease",
 		"fenced-lock/resource-partition", "fenced-lock/resource-slow", "fenced-lock/resource-restart",
+		"fenced-lock/failover-cluster-takeover", "fenced-lock/failover-cluster-force", "fenced-lock/promote-replica",
+		"fenced-lock/split-brain",
 	}
 	have := map[string]bool{}
 	for _, s := range scenarios.All() {

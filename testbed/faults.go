@@ -418,7 +418,9 @@ func (t *Topology) FailoverCommand(ctx context.Context, to string) error {
 // other data node at it, without waiting for it to catch up: whatever the old
 // primary acknowledged but had not replicated is discarded when it resyncs from
 // the new primary. With sentinels, they are re-pointed at the new primary too
-// (SENTINEL REMOVE + MONITOR), as an operator does after a manual promotion.
+// (SENTINEL REMOVE + MONITOR), as an operator does after a manual promotion,
+// once the other nodes replicate from it (so, with sentinels, a replication
+// link cut at the promotion must be healed for it to return).
 func (t *Topology) ForcePromote(ctx context.Context, name string) error {
 	np, err := t.mustNode(name)
 	if err != nil || np.Sentinel {
@@ -436,6 +438,27 @@ func (t *Topology) ForcePromote(ctx context.Context, name string) error {
 		}
 	}
 	t.setRoles(np)
+	if len(t.sentinels) > 0 {
+		// A re-pointed sentinel learns the replicas from the primary's INFO,
+		// at once and then every 10s: let them replicate first (once their
+		// links allow), so it sees them at once.
+		want := 0
+		for _, n := range t.nodes {
+			if n != np && n.Running() {
+				want++
+			}
+		}
+		if err := waitFor(ctx, t.cfg.startTimeout, name+" to count its replicas online", func(ctx context.Context) (bool, error) {
+			info, err := np.admin.Info(ctx, "replication").Result()
+			if err != nil {
+				return false, err
+			}
+			got := onlineReplicas(info)
+			return got >= want, fmt.Errorf("%s counts %d of %d replicas online", name, got, want)
+		}); err != nil {
+			return t.withLogs(err, np)
+		}
+	}
 	for _, s := range t.sentinels {
 		cmds := [][]any{
 			{"SENTINEL", "REMOVE", MasterName},

@@ -215,34 +215,52 @@ func TestLimiterMutant(t *testing.T) {
 // A resource that ignores tokens is a bug even in a scenario whose hazard is a
 // regressed counter: its stale writes are FAIL, not HAZARD (they were reported
 // as HAZARD with exit 0, crowded out of the evidence by "token reused" lines).
+// Every scenario that must show a lost counter is run: a restart without
+// persistence and each failover that loses acknowledged writes.
 func TestResourceIgnoringTokensFailsInHazardScenario(t *testing.T) {
-	ss, err := scenarios.Match([]string{"fenced-lock/kill-restart-noaof"})
-	if err != nil || len(ss) != 1 {
-		t.Fatal(ss, err)
+	for _, tc := range []struct {
+		name string
+		seed int64
+		d    time.Duration
+	}{
+		{"fenced-lock/kill-restart-noaof", 3, 5 * time.Second},
+		{"fenced-lock/failover-forced", 1, 4 * time.Second},
+		{"fenced-lock/failover-cluster-takeover", 1, 4 * time.Second},
+		{"fenced-lock/failover-cluster-force", 1, 4 * time.Second},
+		{"fenced-lock/promote-replica", 1, 4 * time.Second},
+		{"fenced-lock/split-brain", 1, 4 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ss, err := scenarios.Match([]string{tc.name})
+			if err != nil || len(ss) != 1 {
+				t.Fatal(ss, err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			out, err := scenarios.Run(ctx, ss[0], scenarios.Config{Build: build(), Duration: tc.d, Seed: tc.seed, Impl: "mutant-resource-ignores-tokens"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("hazard %q, effects %q", out.Hazard, out.Effects)
+			for _, p := range out.Results {
+				if p.Checker != "fenced-resource" {
+					continue
+				}
+				t.Logf("%s: %s", p.Verdict, p.Result.Summary)
+				if p.Verdict != scenarios.Fail {
+					t.Fatalf("fenced-resource is %s, want FAIL: %s", p.Verdict, p.Result.Summary)
+				}
+				if len(p.Result.Evidence) == 0 || p.Result.Evidence[0].Kind != models.KindStaleWrite {
+					t.Fatalf("the first evidence is not a stale write: %+v", p.Result.Evidence)
+				}
+				if out.Verdict != scenarios.Fail {
+					t.Fatalf("run verdict %s, want FAIL", out.Verdict)
+				}
+				return
+			}
+			t.Fatal("fenced-resource did not run")
+		})
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	out, err := scenarios.Run(ctx, ss[0], scenarios.Config{Build: build(), Duration: 5 * time.Second, Seed: 3, Impl: "mutant-resource-ignores-tokens"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range out.Results {
-		if p.Checker != "fenced-resource" {
-			continue
-		}
-		t.Logf("%s: %s", p.Verdict, p.Result.Summary)
-		if p.Verdict != scenarios.Fail {
-			t.Fatalf("fenced-resource is %s, want FAIL: %s", p.Verdict, p.Result.Summary)
-		}
-		if len(p.Result.Evidence) == 0 || p.Result.Evidence[0].Kind != models.KindStaleWrite {
-			t.Fatalf("the first evidence is not a stale write: %+v", p.Result.Evidence)
-		}
-		if out.Verdict != scenarios.Fail {
-			t.Fatalf("run verdict %s, want FAIL", out.Verdict)
-		}
-		return
-	}
-	t.Fatal("fenced-resource did not run")
 }
 
 // The resource is a server behind its own links: a resource that ignores
