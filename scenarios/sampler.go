@@ -2,6 +2,7 @@ package scenarios
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -134,55 +135,61 @@ const (
 
 // sampleLease records, until ctx ends, which owner lease (the lease key of
 // the lock the history calls lock) holds: on the primary of a replicated
-// topology (as the sentinels see it), on the slot's owner in a cluster. It
-// does nothing on an external deployment (no admin connection).
+// topology (as the sentinels see it), on the slot's owner in a cluster. On
+// an external deployment, where nothing injects faults, it reads through the
+// first process's client.
 func (e *Env) sampleLease(ctx context.Context, lock, lease string) {
 	if e.Topo == nil {
+		e.sampleWith(ctx, lock, func(ctx context.Context) (string, error) { return e.Clients[0].Get(ctx, lease).Result() })
 		return
 	}
+	var node *testbed.Node
+	var found time.Time
+	e.sampleWith(ctx, lock, func(ctx context.Context) (string, error) {
+		if node == nil || time.Since(found) > 200*time.Millisecond {
+			lctx, cancel := context.WithTimeout(ctx, time.Second)
+			var n *testbed.Node
+			var err error
+			if e.Topo.Kind == testbed.KindCluster {
+				n, err = e.Topo.ClusterNodeFor(lctx, prim.Slot(lease))
+			} else {
+				n, err = e.Topo.Primary(lctx)
+			}
+			cancel()
+			if err == nil {
+				node, found = n, time.Now()
+			}
+		}
+		if node == nil {
+			return "", errors.New("no node serves the lease key")
+		}
+		v, err := node.Admin().Get(ctx, lease).Result()
+		if err != nil && err != redis.Nil {
+			node = nil // look again
+		}
+		return v, err
+	})
+}
+
+// sampleWith records samples of lock read by get, every sampleEvery (at
+// most maxSamples), until ctx ends.
+func (e *Env) sampleWith(ctx context.Context, lock string, get func(context.Context) (string, error)) {
 	every := sampleEvery
 	if d, ok := ctx.Deadline(); ok {
 		every = max(every, time.Until(d)/maxSamples)
 	}
 	proc := e.samplerProc()
-	var node *testbed.Node
-	var found time.Time
-	locate := func() {
-		if node != nil && time.Since(found) < 200*time.Millisecond {
-			return
-		}
-		lctx, cancel := context.WithTimeout(ctx, time.Second)
-		defer cancel()
-		var n *testbed.Node
-		var err error
-		switch e.Topo.Kind {
-		case testbed.KindCluster:
-			n, err = e.Topo.ClusterNodeFor(lctx, prim.Slot(lease))
-		default:
-			n, err = e.Topo.Primary(lctx)
-		}
-		if err == nil {
-			node, found = n, time.Now()
-		}
-	}
 	for i := 0; i < maxSamples && ctx.Err() == nil; i++ {
-		locate()
 		if _, err := e.Rec.Invoke(proc, history.Op{F: history.FSample, Key: lock}); err != nil {
 			return
 		}
-		if node == nil {
-			e.Rec.Fail(proc, history.Op{Err: "no node serves the lease key"})
-			sleep(ctx, every)
-			continue
-		}
-		v, err := node.Admin().Get(ctx, lease).Result()
+		v, err := get(ctx)
 		switch {
 		case err == redis.Nil:
 			e.Rec.OK(proc, history.Op{})
 		case err != nil:
-			// A read that failed changed nothing: fail, and look again.
+			// A read that failed changed nothing: fail.
 			e.Rec.Fail(proc, history.Op{Err: err.Error()})
-			node = nil
 		default:
 			e.Rec.OK(proc, history.Op{Owner: v})
 		}
