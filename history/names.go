@@ -56,6 +56,13 @@ const (
 	// a degraded state, "heal" ends them, "event" is one-shot), value names
 	// it and its targets; ok when it happened, info when it failed.
 	FNemesis = "nemesis"
+	// FSample is a read of a lock's state by the harness's sampler, its own
+	// process beside the clients: key (and field) name the lock as the
+	// acquisitions do; ok with owner, the value the lease held at some instant
+	// of the read (empty when no lease existed), fail or info when the read
+	// failed. The lease holds an acquisition's owner, or (a fenced lock) that
+	// owner followed by ":" and its fencing token.
+	FSample = "sample"
 	// FLeakScan is the final state read from the server after the workload
 	// stopped and every TTL elapsed: ok with count (entries found) and value
 	// (their listing). Anything found is a leak.

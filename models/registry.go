@@ -77,6 +77,13 @@ func Checkers() []Checker {
 			Check:   CheckLeaseProtocol,
 		},
 		{
+			Name: "no-phantom-owner",
+			Doc: "sample, acquire, acquire_wait with owner: every owner a sample saw the lease hold belongs to an\n" +
+				"acquisition that may have happened (ok or info); not to one that answered fail, not to none.",
+			Applies: hasF(history.FSample),
+			Check:   CheckNoPhantomOwner,
+		},
+		{
 			Name:    "rw-exclusion",
 			Doc:     "acquire_read, acquire_write (+_wait): many readers or one writer over validity windows.",
 			Applies: hasF(history.FAcquireRead, history.FAcquireReadWait, history.FAcquireWrite, history.FAcquireWriteWait),

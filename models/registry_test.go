@@ -47,6 +47,19 @@ var mutants = map[string]struct{ good, bad func() *builder }{
 				ok(1, m(200), m(201), owned(history.Op{F: history.FRenew, Key: "k", TTLMs: 100}, "A"))
 		},
 	},
+	"no-phantom-owner": {
+		func() *builder {
+			return new(builder).ok(1, m(0), m(1), owned(acq("k", 1, 100), "A:1")).
+				info(2, m(2), m(300), owned(acq("k", 0, 100), "B")).ok(9, m(301), m(302), sample("k", "B:2"))
+		},
+		// an acquisition script that is not idempotent for its owner: go-redis
+		// resends it after a lost reply, the resend finds the lease held (by
+		// itself) and answers "not acquired"
+		func() *builder {
+			return new(builder).ok(1, m(0), m(1), owned(acq("k", 1, 100), "A:1")).
+				fail(2, m(2), m(300), owned(acq("k", 0, 100), "B")).ok(9, m(301), m(302), sample("k", "B:2"))
+		},
+	},
 	"progress": {
 		func() *builder { return cycles(new(builder), "", "") },
 		// a connection that never follows MOVED after a failover: refused for

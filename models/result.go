@@ -234,6 +234,8 @@ const (
 	KindWronglyDenied   = "wrongly-denied"   // lease-protocol: "not held" answered inside the owner's own certain span
 	KindNoProgress      = "no-progress"      // progress: a kind of operation mostly unanswered in a healthy period
 	KindSeqOrder        = "seq-order"        // fenced-resource: the resource's seq order contradicts real time
+	KindPhantomOwner    = "phantom-owner"    // no-phantom-owner: the lease held the owner of an acquisition that answered fail
+	KindUnknownOwner    = "unknown-owner"    // no-phantom-owner: the lease held an owner no acquisition sent
 )
 
 // collector accumulates violations for a Result.

@@ -20,16 +20,21 @@ type Uncertainty struct {
 	// an uncertain one); -1 when the tokens cannot tell (no tokens, or
 	// tokens that do not increase, as after a counter reset).
 	Executed int `json:"executed"`
+	// Observed is how many of those acquisitions a sampler saw holding the
+	// lease (f "sample" operations whose owner is theirs): they certainly
+	// happened, whatever the tokens say; -1 when the history has no sample
+	// that saw the lock held.
+	Observed int `json:"observed"`
 }
 
 // CountUncertain measures h's uncertainty (see Uncertainty).
 func CountUncertain(h *history.History) Uncertainty {
-	u := Uncertainty{Executed: -1}
+	u := Uncertainty{Executed: -1, Observed: observed(h)}
 	byKey := map[string][]*history.Operation{}
 	infoByKey := map[string]int{}
 	for k := range h.Ops {
 		op := &h.Ops[k]
-		if op.F == history.FNemesis || op.F == history.FLeakScan {
+		if op.F == history.FNemesis || op.F == history.FLeakScan || op.F == history.FSample {
 			continue
 		}
 		if op.Type == history.Info {
@@ -75,4 +80,28 @@ func CountUncertain(h *history.History) Uncertainty {
 	}
 	u.Executed = executed
 	return u
+}
+
+// observed counts the info acquisitions whose owner an ok sample saw holding
+// the lease, or returns -1 when no sample saw the lock held.
+func observed(h *history.History) int {
+	ix := indexAttempts(h)
+	seen := map[int]bool{}
+	saw := false
+	for k := range h.Ops {
+		s := &h.Ops[k]
+		if s.F != history.FSample || s.Type != history.OK || s.Owner == "" {
+			continue
+		}
+		saw = true
+		for _, j := range ix.match(idOf(s), s.Owner) {
+			if a := &h.Ops[j]; a.Type == history.Info && a.T <= s.Return {
+				seen[j] = true
+			}
+		}
+	}
+	if !saw {
+		return -1
+	}
+	return len(seen)
 }

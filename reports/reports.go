@@ -76,6 +76,9 @@ func WriteSummary(w io.Writer, r *Run) error {
 			if u.Executed >= 0 && u.InfoAcquisitions > 0 {
 				line += fmt.Sprintf(", %d of which took a token (executed)", u.Executed)
 			}
+			if u.Observed >= 0 && u.InfoAcquisitions > 0 {
+				line += fmt.Sprintf(", %d seen holding the lease by the sampler", u.Observed)
+			}
 			unc = append(unc, line)
 		}
 	}

@@ -140,8 +140,12 @@ func (p *primImpl) coordinator(c redis.UniversalClient) *prim.Coordinator {
 
 func (*primImpl) Name() string { return "prim" }
 func (*primImpl) Fenced() bool { return true }
+
+// LeaseKey implements LeaseKeyer.
+func (*primImpl) LeaseKey(key string) string { return PrimLeaseKey(key) }
+
 func (p *primImpl) TryAcquire(ctx context.Context, c redis.UniversalClient, key string, ttl time.Duration) (Held, error) {
-	l, err := p.coordinator(c).TryAcquireFencedLock(ctx, "{"+key+"}:lease", "{"+key+"}:fence", ttl)
+	l, err := p.coordinator(c).TryAcquireFencedLock(ctx, PrimLeaseKey(key), "{"+key+"}:fence", ttl)
 	switch {
 	case err == nil:
 		return primHeld{l}, nil

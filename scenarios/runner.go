@@ -271,6 +271,8 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	}
 	for i := 0; i < cfg.Clients; i++ {
 		env.rands = append(env.rands, mrand.New(mrand.NewPCG(uint64(cfg.Seed), uint64(i)+1)))
+		// Acquisitions learn the owner they sent from their commands.
+		env.Clients[i].AddHook(ownerHook{})
 	}
 	events := []Event(nil)
 	if s.Nemesis != nil {

@@ -340,10 +340,14 @@ func NotExecuted(err error) bool {
 
 // failed completes proc's operation that ended with err: fail when err says
 // the command did not run (NotExecuted), else info (its outcome is unknown).
-func (e *Env) failed(proc int, err error) {
+func (e *Env) failed(proc int, err error) { e.failedWith(proc, err, history.Op{}) }
+
+// failedWith is failed with more fields on the completion (op).
+func (e *Env) failedWith(proc int, err error, op history.Op) {
+	op.Err = err.Error()
 	if NotExecuted(err) {
-		e.Rec.Fail(proc, history.Op{Err: err.Error()})
+		e.Rec.Fail(proc, op)
 		return
 	}
-	e.Rec.Info(proc, history.Op{Err: err.Error()})
+	e.Rec.Info(proc, op)
 }

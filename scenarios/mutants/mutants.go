@@ -7,6 +7,8 @@ package mutants
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"time"
@@ -23,6 +25,97 @@ func init() {
 	scenarios.RegisterImpl(ReleaseClaimsReleased{})
 	scenarios.RegisterImpl(RenewWithoutOwnerCheck{})
 	scenarios.RegisterImpl(TokenNotIncrementedAfterExpiry{})
+	scenarios.RegisterImpl(AcquireNotIdempotent{})
+}
+
+// The mutants keep their lease where prim does ("{key}:lease"), for the
+// state sampler.
+
+// LeaseKey implements scenarios.LeaseKeyer.
+func (ReleaseClaimsReleased) LeaseKey(key string) string { return scenarios.PrimLeaseKey(key) }
+
+// LeaseKey implements scenarios.LeaseKeyer.
+func (RenewWithoutOwnerCheck) LeaseKey(key string) string { return scenarios.PrimLeaseKey(key) }
+
+// LeaseKey implements scenarios.LeaseKeyer.
+func (TokenNotIncrementedAfterExpiry) LeaseKey(key string) string { return scenarios.PrimLeaseKey(key) }
+
+// LeaseKey implements scenarios.LeaseKeyer.
+func (ReleaseWithoutOwnerCheck) LeaseKey(key string) string { return scenarios.PrimLeaseKey(key) }
+
+// LeaseKey implements scenarios.LeaseKeyer.
+func (ResourceIgnoresTokens) LeaseKey(key string) string { return scenarios.PrimLeaseKey(key) }
+
+// AcquireNotIdempotent is prim's fenced lock with the replayed-script bug
+// of prim's second pass: its acquisition script does not recognise its own
+// owner. go-redis resends a script whose reply was lost (MaxRetries 3 by
+// default); the resend finds the lease held, by the first run, and answers
+// "not acquired", so the client records fail while the lease holds its
+// owner until it expires (a phantom owner).
+type AcquireNotIdempotent struct{}
+
+// Name implements scenarios.LockImpl.
+func (AcquireNotIdempotent) Name() string { return "mutant-acquire-not-idempotent" }
+
+// Fenced implements scenarios.LockImpl.
+func (AcquireNotIdempotent) Fenced() bool { return true }
+
+// LeaseKey implements scenarios.LeaseKeyer.
+func (AcquireNotIdempotent) LeaseKey(key string) string { return scenarios.PrimLeaseKey(key) }
+
+// The lease holds "<owner>:<token>", as prim's does; no resend branch.
+var replayedAcquire = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local t = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], ARGV[1] .. ':' .. t, 'PX', ARGV[2])
+return t`)
+
+// ownerRelease deletes the lease only for its owner: 1 released, 0 no
+// lease, -1 another owner's.
+var ownerRelease = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+if v == false then return 0 end
+return -1`)
+
+// TryAcquire implements scenarios.LockImpl.
+func (AcquireNotIdempotent) TryAcquire(ctx context.Context, c redis.UniversalClient, key string, ttl time.Duration) (scenarios.Held, error) {
+	lease, fence := scenarios.PrimLeaseKey(key), "{"+key+"}:fence"
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	owner := hex.EncodeToString(b[:])
+	tok, err := replayedAcquire.Run(ctx, c, []string{lease, fence}, owner, ttl.Milliseconds()).Int64()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", scenarios.ErrUncertain, err)
+	}
+	if tok == 0 {
+		return nil, scenarios.ErrContended // the bug, after a resend: this owner's own lease
+	}
+	return &ownerHeld{c: c, lease: lease, owner: owner + ":" + strconv.FormatInt(tok, 10), token: tok}, nil
+}
+
+type ownerHeld struct {
+	c            redis.UniversalClient
+	lease, owner string
+	token        int64
+}
+
+func (h *ownerHeld) Token() int64  { return h.token }
+func (h *ownerHeld) Owner() string { return h.owner }
+func (h *ownerHeld) Release(ctx context.Context) (string, error) {
+	n, err := ownerRelease.Run(ctx, h.c, []string{h.lease}, h.owner).Int64()
+	switch {
+	case err != nil:
+		return "", err
+	case n == 1:
+		return history.ValueReleased, nil
+	case n == 0:
+		return history.ValueAlreadyReleased, nil
+	}
+	return history.ValueNotOwned, nil
 }
 
 // primAcquire is prim's own fenced lock, for the mutants that break one

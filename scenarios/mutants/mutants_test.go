@@ -85,6 +85,50 @@ func TestLockMutants(t *testing.T) {
 	}
 }
 
+// TestPhantomOwnerMutant: an acquisition script that is not idempotent for
+// its owner, resent by go-redis (default options: MaxRetries 3) after a lost
+// reply, answers "not acquired" while the lease holds its owner; the state
+// sampler sees that owner after the fail. prim's script recognises its own
+// owner and must pass. The fault timing is the server's and the network's,
+// so the mutant must be caught in one of three seeds (each catches it about
+// four times in five), prim must pass the first.
+func TestPhantomOwnerMutant(t *testing.T) {
+	ss, err := scenarios.Match([]string{"fenced-lock/lose-replies"})
+	if err != nil || len(ss) != 1 {
+		t.Fatal(ss, err)
+	}
+	phantom := func(impl string, seed int64) models.Result {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		out, err := scenarios.Run(ctx, ss[0], scenarios.Config{Build: build(), Duration: 5 * time.Second, Seed: seed, Impl: impl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s seed %d: uncertain %+v", impl, seed, out.Uncertain)
+		for _, p := range out.Results {
+			if p.Checker == "no-phantom-owner" {
+				t.Logf("%s seed %d: %s", impl, seed, p.Result.String())
+				return p.Result
+			}
+		}
+		t.Fatalf("no-phantom-owner did not run on %s", impl)
+		return models.Result{}
+	}
+	t.Run("prim", func(t *testing.T) { expect(t, true, phantom("prim", 1)) })
+	t.Run("mutant-acquire-not-idempotent", func(t *testing.T) {
+		for seed := int64(1); seed <= 3; seed++ {
+			r := phantom("mutant-acquire-not-idempotent", seed)
+			if r.Verdict == models.Fail {
+				if r.Kinds[models.KindPhantomOwner] == 0 {
+					t.Fatalf("caught, but not as a phantom owner: %v", r.Kinds)
+				}
+				return
+			}
+		}
+		t.Fatal("the mutant was not flagged in three seeds")
+	})
+}
+
 func client(t *testing.T) (redis.UniversalClient, *testbed.Topology) {
 	topo := testbed.Standalone(t, build())
 	c, err := topo.Client()
