@@ -68,8 +68,11 @@ func BenchmarkDecode(b *testing.B) {
 	b.ReportMetric(float64(b.N*lines)/time.Since(start).Seconds(), "lines/s")
 }
 
-// TestDecodeThroughput guards the 1,000,000 lines/s floor in ordinary test
-// runs (with a margin for the race detector and loaded machines).
+// TestDecodeThroughput guards against a decoder a user would notice is slow:
+// a million-line history read in more than 4s (250,000 lines/s, a quarter of
+// the 1,000,000 lines/s target that BenchmarkDecode measures in make bench),
+// so that it holds on a loaded 2-core machine too; the race detector gets 20
+// times more. The target itself is a benchmark's, not a timed test's.
 func TestDecodeThroughput(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")
@@ -86,7 +89,7 @@ func TestDecodeThroughput(t *testing.T) {
 		}
 	}
 	rate := 200_000 / best.Seconds()
-	floor := 1_000_000.0
+	floor := 250_000.0
 	if raceEnabled {
 		floor /= 20
 	}
