@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/coordtorture/coordtorture/scenarios"
 	"github.com/coordtorture/coordtorture/testbed"
 )
 
@@ -49,8 +50,12 @@ func TestRunWritesReportAndExitCodes(t *testing.T) {
 		}
 	}
 	junit, _ := os.ReadFile(filepath.Join(dir, "ok", "junit.xml"))
-	if strings.Count(string(junit), "<testcase") != 6 { // fenced-resource, token-order, exclusion, lease-protocol, progress, leaks
-		t.Fatalf("junit has %d test cases, want one per property:\n%s", strings.Count(string(junit), "<testcase"), junit)
+	ss, _ := scenarios.Match([]string{"fenced-lock/baseline"})
+	if len(ss) != 1 || len(ss[0].Properties) < 7 { // fenced-resource, token-order, exclusion, lease-protocol, no-phantom-owner, progress, leaks
+		t.Fatalf("fenced-lock/baseline: %v", ss)
+	}
+	if n := strings.Count(string(junit), "<testcase"); n != len(ss[0].Properties) {
+		t.Fatalf("junit has %d test cases, want one per property (%d):\n%s", n, len(ss[0].Properties), junit)
 	}
 	out.Reset()
 	if code := run([]string{"replay", filepath.Join(dir, "ok")}, &out, &errb); code != 0 || !strings.Contains(out.String(), "nothing to replay") {
