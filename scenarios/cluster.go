@@ -62,7 +62,7 @@ func init() {
 		Summary: "waiting-lock/handoff on a 3-primary cluster: each waiter's tracking connection is on the slot's " +
 			"owner. Everything, liveness included, must hold.",
 		Topo: clusterTopo, Workload: waitingWorkload, Properties: waitingProps, Check: waitingCheck,
-		Impls: []string{"prim"},
+		Impls: []string{"prim"}, Waits: true,
 	})
 	Register(&Scenario{
 		Name: "waiting-lock/failover-cluster",
@@ -70,7 +70,7 @@ func init() {
 			"they must re-subscribe on the new owner. Liveness must hold." + failoverNote,
 		Topo: clusterTopo, Workload: waitingWorkload, Nemesis: clusterFailover(lockSlotKey),
 		Properties: waitingProps, Check: waitingFailoverCheck,
-		Impls: []string{"prim"},
+		Impls: []string{"prim"}, Waits: true,
 	})
 
 	Register(&Scenario{

@@ -152,7 +152,10 @@ func activeExpiryOff(ctx context.Context, e *Env) error {
 		if err := n.Admin().Do(ctx, "DEBUG", "SET-ACTIVE-EXPIRE", "0").Err(); err != nil {
 			return fmt.Errorf("%s: DEBUG SET-ACTIVE-EXPIRE 0: %w", n.Name, err)
 		}
-		cn := n.Admin().Conn()
+		// A connection of its own, never returned to the admin pool: a
+		// pooled one would go back with the canary database selected, and
+		// later admin reads (the leak scan) would look at the wrong one.
+		cn := n.Admin().EphemeralConn()
 		err := func() error {
 			defer cn.Close()
 			if err := cn.Select(ctx, canaryDB).Err(); err != nil {

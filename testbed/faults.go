@@ -53,10 +53,18 @@ func (t *Topology) Isolate(name string) error {
 }
 
 // Split cuts the topology into side (the named peers) and everything else.
+// Servers added beside the topology (AddStandalone: a service the clients
+// use next to the system under test, such as the fenced resource) stay
+// reachable from both sides unless named in side: a split of the system is
+// not a split of its neighbours.
 func (t *Topology) Split(side []string) error {
+	aux := map[string]bool{}
+	for _, n := range t.Aux() {
+		aux[n.Name] = true
+	}
 	for _, a := range side {
 		for _, b := range t.allPeers() {
-			if !slices.Contains(side, b) {
+			if !slices.Contains(side, b) && (!aux[b] || aux[a]) {
 				if err := t.Partition(a, b); err != nil {
 					return err
 				}

@@ -677,6 +677,14 @@ func TestAddStandalone(t *testing.T) {
 		if err := c.Get(ctx, "last").Err(); err != nil {
 			t.Fatalf("isolating n1 cut c0→res: %v", err)
 		}
+		// So does a split that puts the client on one side (split-brain
+		// scenarios split clients with the old primary).
+		if err := topo.Split([]string{"n1", "c0"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Get(ctx, "last").Err(); err != nil {
+			t.Fatalf("splitting {n1, c0} from the rest cut c0→res: %v", err)
+		}
 		if err := topo.Partition("c0", "res"); err != nil {
 			t.Fatal(err)
 		}
