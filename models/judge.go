@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/coordtorture/coordtorture/history"
 )
 
 // Expectation says what a property's violation means in a scenario.
@@ -83,10 +85,18 @@ func (p Property) HazardKinds() []string {
 		return nil
 	}
 	if p.Hazards != nil {
-		return p.Hazards
+		// Whoever wrote them (a scenario, a history's header), kinds that no
+		// lost write can explain are never the hazard.
+		return slices.DeleteFunc(slices.Clone(p.Hazards), func(k string) bool { return slices.Contains(NeverHazard, k) })
 	}
 	return DefaultHazards[p.Checker]
 }
+
+// NeverHazard are the violation kinds no documented hazard can explain, so
+// they are FAIL whatever a property says: a resource accepting a stale
+// write (its own defence failed), a seq order contradicting real time, a
+// non-positive token, a phantom or unknown owner.
+var NeverHazard = []string{KindStaleWrite, KindSeqOrder, KindBadToken, KindPhantomOwner, KindUnknownOwner}
 
 // Judgement is a property's verdict in a scenario run: its checker's Verdict
 // read under the property's Expectation, or the worst of a run's.
@@ -174,8 +184,10 @@ func judgeViolations(p Property, r *Result, effects []Effect) Judgement {
 		}
 	}
 	isHazard := func(kind string) bool {
+		// A violation whose time is unknown cannot be shown to follow the
+		// fault: FAIL.
 		e, ok := r.Earliest[kind]
-		return faultStart >= 0 && slices.Contains(hz, kind) && (!ok || e >= faultStart)
+		return faultStart >= 0 && slices.Contains(hz, kind) && ok && e != history.Never && e >= faultStart
 	}
 	v := JudgedHazard
 	if len(hz) == 0 || len(r.Kinds) == 0 {
@@ -226,9 +238,11 @@ func judgeViolations(p Property, r *Result, effects []Effect) Judgement {
 }
 
 // HazardOutcome says, for a run with a property that may show a hazard,
-// whether it did: "shown" when a property is HAZARD, "no effect" when no
-// fault was observed to have the effect the hazard needs, "not shown" when it
-// had and every property held; "" when no property may show a hazard.
+// whether it did: "shown" when a property is HAZARD, "failed" when a
+// property FAILed instead (a violation the hazard does not explain), "no
+// effect" when no fault was observed to have the effect the hazard needs,
+// "not shown" when it had and every property held; "" when no property may
+// show a hazard.
 func HazardOutcome(props []Property, js []Judgement, effects []Effect) string {
 	if !slices.ContainsFunc(props, func(p Property) bool { return p.Expect == MayHazard }) {
 		return ""
@@ -236,6 +250,8 @@ func HazardOutcome(props []Property, js []Judgement, effects []Effect) string {
 	switch {
 	case slices.Contains(js, JudgedHazard):
 		return "shown"
+	case slices.Contains(js, JudgedFail):
+		return "failed"
 	case len(effects) == 0:
 		return "no effect"
 	}

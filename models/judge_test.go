@@ -49,6 +49,12 @@ func TestJudge(t *testing.T) {
 		{"must hold", Property{Checker: "fenced-resource"},
 			res(map[string]int{KindTokenReused: 1}, map[string]int64{KindTokenReused: at(2 * time.Second)}, reused), fault, JudgedFail},
 		{"a custom check without kinds", may, Result{Verdict: Fail, Violations: 1}, fault, JudgedFail},
+		{"a header that names stale-write a hazard kind is not believed", Property{Checker: "fenced-resource", Expect: MayHazard, Hazards: []string{KindStaleWrite, KindTokenReused}},
+			res(map[string]int{KindStaleWrite: 1}, map[string]int64{KindStaleWrite: at(2 * time.Second)}, stale), fault, JudgedFail},
+		{"a violation of unknown time cannot be shown to follow the fault", may,
+			res(map[string]int{KindTokenReused: 1}, map[string]int64{KindTokenReused: history.Never}, reused), fault, JudgedFail},
+		{"a violation without a time cannot be shown to follow the fault", may,
+			res(map[string]int{KindTokenReused: 1}, nil, reused), fault, JudgedFail},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -71,6 +77,26 @@ func TestJudge(t *testing.T) {
 	want := "2280 violation(s): 1 stale-write (FAIL), 2279 token-reused (hazard); first: stale write accepted"
 	if r.Summary != want {
 		t.Fatalf("summary %q, want %q", r.Summary, want)
+	}
+}
+
+// A FAIL beside proven effects is not "every property held".
+func TestHazardOutcomeFailed(t *testing.T) {
+	props := []Property{{Checker: "token-order", Expect: MayHazard}, {Checker: "fenced-resource"}}
+	eff := []Effect{{From: 1, At: 2, What: "dataset lost"}}
+	for _, c := range []struct {
+		js   []Judgement
+		eff  []Effect
+		want string
+	}{
+		{[]Judgement{JudgedHazard, JudgedFail}, eff, "shown"},
+		{[]Judgement{JudgedPass, JudgedFail}, eff, "failed"},
+		{[]Judgement{JudgedPass, JudgedPass}, eff, "not shown"},
+		{[]Judgement{JudgedPass, JudgedPass}, nil, "no effect"},
+	} {
+		if got := HazardOutcome(props, c.js, c.eff); got != c.want {
+			t.Errorf("HazardOutcome(%v, %d effects) = %q, want %q", c.js, len(c.eff), got, c.want)
+		}
 	}
 }
 

@@ -121,6 +121,7 @@ func WriteSummary(w io.Writer, r *Run) error {
 // hazardWords explain Outcome.Hazard.
 var hazardWords = map[string]string{
 	"shown":     "shown, after a fault that had its effect:",
+	"failed":    "not shown: a property FAILed, with a violation the hazard does not explain; the faults' effects:",
 	"not shown": "not shown: the faults had their effect and every property held:",
 	"no effect": "not shown: no fault was seen to have the effect the hazard needs (a hazard-kind violation would be FAIL)",
 }

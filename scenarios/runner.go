@@ -176,9 +176,11 @@ type Outcome struct {
 	// them the run's own state shows really happened.
 	Uncertain models.Uncertainty `json:"uncertain"`
 	// Hazard says, for a scenario with a property that may show a hazard,
-	// whether it did: "shown", "no effect" (no fault was observed to have
+	// whether it did: "shown", "failed" (a property FAILed: a violation the
+	// hazard does not explain), "no effect" (no fault was observed to have
 	// the effect the hazard needs) or "not shown" (the effect happened and
-	// every property held); "" for scenarios without a hazard.
+	// every property held); "" for scenarios without a hazard
+	// (models.HazardOutcome).
 	Hazard string `json:"hazard,omitempty"`
 	// Effects lists the observed fault effects ("at 1.8s: …").
 	Effects []string `json:"effects,omitempty"`

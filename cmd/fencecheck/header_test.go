@@ -143,3 +143,27 @@ func TestHeaderCustomCheck(t *testing.T) {
 		}
 	}
 }
+
+// A header cannot talk fencecheck out of a violation: a check it has is run
+// whatever verdict the header records for it, and a stale write accepted is
+// FAIL even when the header names it a hazard kind.
+func TestHeaderIsNotBelieved(t *testing.T) {
+	stale := `{"i":1,"proc":9,"type":"invoke","f":"nemesis","key":"fault","value":"kill n1","t":1000000000}
+{"i":2,"proc":9,"type":"ok","f":"nemesis","value":"kill n1","t":1100000000}
+{"i":3,"proc":9,"type":"invoke","f":"nemesis","key":"effect","value":"dataset lost","t":1300000000}
+{"i":4,"proc":9,"type":"ok","f":"nemesis","value":"dataset lost","t":1300000000}
+{"i":5,"proc":1,"type":"invoke","f":"write","key":"resource","token":7,"owner":"a","t":2000000000}
+{"i":6,"proc":1,"type":"ok","f":"write","key":"resource","t":2100000000}
+{"i":7,"proc":2,"type":"invoke","f":"write","key":"resource","token":5,"owner":"b","t":2200000000}
+{"i":8,"proc":2,"type":"ok","f":"write","key":"resource","t":2300000000}
+`
+	for name, header := range map[string]string{
+		"stale-write named a hazard kind": `{"header":"coordtorture","nemesis":true,"faults_scheduled":1,"properties":[{"checker":"fenced-resource","expect":"may-show-hazard","hazard_kinds":["stale-write","token-reused"]}]}`,
+		"a known checker recorded PASS":   `{"header":"coordtorture","nemesis":true,"faults_scheduled":1,"properties":[{"checker":"fenced-resource","expect":"must-hold","custom":true,"verdict":"PASS","summary":"trust me"}]}`,
+	} {
+		code, out, _ := runCLI(t, header+"\n"+stale)
+		if code != 1 || !strings.Contains(out, "FAIL") || strings.Contains(out, "trust me") {
+			t.Errorf("%s: exit %d, want 1 (FAIL, the stale write)\n%s", name, code, out)
+		}
+	}
+}

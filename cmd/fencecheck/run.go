@@ -288,7 +288,13 @@ func plan(h *history.History, cfg config, fr *fileReport) (props []models.Proper
 		}
 		custom = map[string]history.HeaderProperty{}
 		for _, hp := range hd.Properties {
-			if hp.Custom {
+			// A recorded verdict stands only for what cannot be checked
+			// here: a check of the scenario's own (no such checker in this
+			// fencecheck), or a property the run found nothing to check
+			// for (N/A, never a PASS). A checker this fencecheck has is run,
+			// whatever the header says it found.
+			_, known := models.Lookup(hp.Checker)
+			if hp.Custom && (!known || models.Judgement(hp.Verdict) == models.JudgedNA) {
 				custom[hp.Checker] = hp
 			}
 		}
@@ -394,6 +400,7 @@ func printText(w io.Writer, fr fileReport, header bool) {
 // hazardWords explain fileReport.Hazard, as coordtorture's summary does.
 var hazardWords = map[string]string{
 	"shown":     "shown, after a fault that had its effect:",
+	"failed":    "not shown: a property FAILed, with a violation the hazard does not explain; the faults' effects:",
 	"not shown": "not shown: the faults had their effect and every property held:",
 	"no effect": "not shown: no fault was seen to have the effect the hazard needs (a hazard-kind violation is FAIL)",
 }
