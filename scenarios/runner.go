@@ -398,8 +398,15 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	var vs []Verdict
 	for _, p := range s.Properties {
 		var r models.Result
-		if p.Checker == "leaks" && leakNA != "" {
-			r = leaksNA(leakNA)
+		na := ""
+		switch {
+		case p.Checker == "leaks" && leakNA != "":
+			na = leakNA
+		case p.Checker == "token-order" && !impl.Fenced():
+			na = "nothing to check: " + impl.Name() + " hands out no fencing tokens"
+		}
+		if na != "" {
+			r = models.Result{Checker: p.Checker, Verdict: models.Unknown, Summary: na}
 			out.Results = append(out.Results, PropertyResult{Property: p, Checker: p.Checker, Expect: p.Expect.String(), Verdict: NA, Result: r})
 			// The reason is the run's (the servers, the topology): an
 			// offline check states it as recorded.
