@@ -3,6 +3,7 @@ package scenarios
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -63,30 +64,44 @@ func infoInt(ctx context.Context, n *testbed.Node, section, field string) (int64
 	return 0, false
 }
 
-// offsetWatch follows a primary's replication offset through a failover:
-// it samples INFO replication every few milliseconds and keeps the highest
-// offset the node reached while it still said role:master. A sentinel
-// failover promotes the replica first and demotes the old primary later,
-// so writes the old primary takes in between are lost; only a watch that
-// lasts until the demotion sees them.
+// offsetWatch follows a primary through a failover: it samples, every few
+// milliseconds, its replication offset and (for a fenced implementation)
+// the lock's fencing counter, and keeps the highest of each the node
+// reached while it still said role:master. A sentinel failover promotes the
+// replica first and demotes the old primary later, so writes the old
+// primary takes in between are lost; only a watch that lasts until the
+// demotion sees them.
 type offsetWatch struct {
-	stop chan struct{}
-	done chan struct{}
-	max  int64 // written by the watcher until done is closed
+	stop    chan struct{}
+	done    chan struct{}
+	counter string // the fencing counter's key; "" when the implementation has none
+	// Written by the watcher until done is closed, then by until.
+	max        int64 // replication offset; -1: the node never answered as a primary
+	maxCounter int64 // fencing counter; -1: never read
+	// others are the topology's other data nodes (the candidates for
+	// promotion); took holds, for each, the lowest counter it held while it
+	// said role:master: a bound on what it took over with, read within a
+	// sample period of its promotion (the clients that follow it raise the
+	// counter at once).
+	others []*testbed.Node
+	took   map[string]int64
 }
 
 // watchOffset starts watching n, with a first sample taken before it
 // returns (a fault that demotes n at once, as a forced promotion does, must
-// not outrun the watch). -1 as max means the node never answered as a
-// primary.
-func watchOffset(ctx context.Context, n *testbed.Node) *offsetWatch {
-	w := &offsetWatch{stop: make(chan struct{}), done: make(chan struct{}), max: -1}
-	sample := func() {
-		if role, off, ok := replicationOf(ctx, n); ok && role == "master" && off > w.max {
-			w.max = off
+// not outrun the watch). The counter followed is the run's lock's, when its
+// implementation is fenced.
+func watchOffset(ctx context.Context, e *Env, n *testbed.Node) *offsetWatch {
+	w := &offsetWatch{stop: make(chan struct{}), done: make(chan struct{}), max: -1, maxCounter: -1, counter: e.counterKey(),
+		took: map[string]int64{}}
+	if w.counter != "" {
+		for _, o := range e.Topo.Nodes() {
+			if o != n {
+				w.others = append(w.others, o)
+			}
 		}
 	}
-	sample()
+	w.sample(ctx, n)
 	go func() {
 		defer close(w.done)
 		tick := time.NewTicker(5 * time.Millisecond)
@@ -98,32 +113,131 @@ func watchOffset(ctx context.Context, n *testbed.Node) *offsetWatch {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
-				sample()
+				w.sample(ctx, n)
 			}
 		}
 	}()
 	return w
 }
 
-// until stops the watch once the node reached more than beyond as a
-// primary (the proof is in), once it is no longer a primary (no more can
-// come), or after limit, and returns the highest offset it reached as one.
-func (w *offsetWatch) until(ctx context.Context, n *testbed.Node, beyond int64, limit time.Duration) int64 {
-	for end := time.Now().Add(limit); time.Now().Before(end) && ctx.Err() == nil; time.Sleep(5 * time.Millisecond) {
-		role, off, ok := replicationOf(ctx, n)
-		if ok && role == "master" && off > beyond {
-			break
-		}
-		if ok && role != "master" {
-			break
+// sample reads n once: the counter first, then the role, so that a counter
+// value counts only when the node still said it was a primary after it.
+func (w *offsetWatch) sample(ctx context.Context, n *testbed.Node) {
+	c := int64(-1)
+	if w.counter != "" {
+		if v, err := n.Admin().Get(ctx, w.counter).Int64(); err == nil {
+			c = v
+		} else if errors.Is(err, redis.Nil) {
+			c = 0
 		}
 	}
+	for _, o := range w.others {
+		if v, ok := counterOf(ctx, o, w.counter); ok {
+			if role, _, ok := replicationOf(ctx, o); ok && role == "master" {
+				if t, seen := w.took[o.Name]; !seen || v < t {
+					w.took[o.Name] = v
+				}
+			}
+		}
+	}
+	role, off, ok := replicationOf(ctx, n)
+	if !ok || role != "master" {
+		return
+	}
+	w.max = max(w.max, off)
+	w.maxCounter = max(w.maxCounter, c)
+}
+
+// counterOf reads a fencing counter on n (0 when absent); ok is false when
+// n did not answer with one (down, or not the key's slot owner).
+func counterOf(ctx context.Context, n *testbed.Node, key string) (int64, bool) {
+	v, err := n.Admin().Get(ctx, key).Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, true
+	}
+	return v, err == nil
+}
+
+// until stops the watch once proved says the highest offset and counter
+// reached as a primary prove the loss, once the node is no longer a primary
+// (no more can come), or after limit, and returns those highest values.
+func (w *offsetWatch) until(ctx context.Context, n *testbed.Node, proved func(off, counter int64) bool, limit time.Duration) (int64, int64) {
 	close(w.stop)
 	<-w.done
-	if role, off, ok := replicationOf(ctx, n); ok && role == "master" && off > w.max {
-		w.max = off
+	for end := time.Now().Add(limit); ; time.Sleep(5 * time.Millisecond) {
+		w.sample(ctx, n)
+		if proved != nil && proved(w.max, w.maxCounter) {
+			break
+		}
+		if role, _, ok := replicationOf(ctx, n); ok && role != "master" {
+			break
+		}
+		if !time.Now().Before(end) || ctx.Err() != nil {
+			break
+		}
 	}
-	return w.max
+	return w.max, w.maxCounter
+}
+
+// counterKey is the fencing counter of the run's lock ("" for an
+// implementation without fencing tokens): prim's and the mutants' layout.
+func (e *Env) counterKey() string {
+	if e.Impl == nil || !e.Impl.Fenced() {
+		return ""
+	}
+	return "{" + e.Key(lockKey) + "}:fence"
+}
+
+// lossProof reads what the new primary np took over with (its replication
+// offset at promotion, second_repl_offset − 1, and the fencing counter now,
+// which is at least what it took over with) and returns the test of a
+// loss: the old primary reached, as a primary, more than np took over.
+// With a fencing counter the proof is the counter's (a token handed out on
+// the old primary that the new one has not: the hazard's very cause);
+// without one, the replication offset's (weaker: the old primary's own
+// expirations move it too). ok is false when np's state could not be read.
+func lossProof(ctx context.Context, w *offsetWatch, np *testbed.Node) (proved func(off, counter int64) bool, describe func(off, counter int64) string, ok bool) {
+	second, ok := infoInt(ctx, np, "replication", "second_repl_offset")
+	if !ok || second <= 0 {
+		return nil, nil, false
+	}
+	took := second - 1
+	if w.counter == "" {
+		return func(off, _ int64) bool { return off > took },
+			func(off, _ int64) string {
+				return fmt.Sprintf("took over at replication offset %d; the old primary reached %d as a primary: %d bytes of its writes lost (replication offsets: this implementation has no fencing counter to compare)",
+					took, off, off-took)
+			}, true
+	}
+	// The lowest value np was seen to hold as a primary, or, if it was never
+	// sampled as one, what it holds now (higher than what it took over with,
+	// so the proof stays sound, only harder to get).
+	nc, seen := w.took[np.Name]
+	if now, ok := counterOf(ctx, np, w.counter); ok && (!seen || now < nc) {
+		nc, seen = now, true
+	}
+	if !seen {
+		return nil, nil, false
+	}
+	return func(_, counter int64) bool { return counter > nc },
+		func(_, counter int64) string {
+			return fmt.Sprintf("took over with the fencing counter at %d or below; the old primary had handed out token %d as a primary: %d token(s) lost, the counter regressed",
+				nc, counter, counter-nc)
+		}, true
+}
+
+// failoverLoss waits (up to limit) for the proof that a failover discarded
+// the lock's writes (lossProof), and records the effect when it comes,
+// nothing otherwise.
+func failoverLoss(ctx context.Context, e *Env, w *offsetWatch, old, np *testbed.Node, limit time.Duration) {
+	proved, describe, ok := lossProof(ctx, w, np)
+	if !ok {
+		w.until(ctx, old, nil, 0)
+		return
+	}
+	if off, c := w.until(ctx, old, proved, limit); proved(off, c) {
+		e.Effect("the new primary %s %s", np.Name, describe(off, c))
+	}
 }
 
 // replicationOf reads a node's role and replication offset.
@@ -144,23 +258,6 @@ func replicationOf(ctx context.Context, n *testbed.Node) (role string, offset in
 		}
 	}
 	return role, offset, role != "" && haveOffset
-}
-
-// failoverLoss waits (up to limit) for the proof that a failover discarded
-// writes: the new primary took over at (second_repl_offset − 1), before an
-// offset the old primary reached while it was still a primary (w). It
-// records the effect when the proof comes, nothing otherwise.
-func failoverLoss(ctx context.Context, e *Env, w *offsetWatch, old, np *testbed.Node, limit time.Duration) {
-	second, ok := infoInt(ctx, np, "replication", "second_repl_offset")
-	if !ok || second <= 0 {
-		w.until(ctx, old, 0, 0)
-		return
-	}
-	took := second - 1
-	if reached := w.until(ctx, old, took, limit); reached > took {
-		e.Effect("the new primary %s took over at replication offset %d; the old primary %s reached %d as a primary: %d bytes of its writes lost",
-			np.Name, took, old.Name, reached, reached-took)
-	}
 }
 
 // clockAhead records the effect of a clock offset: the server's TIME reads

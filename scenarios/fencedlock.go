@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/coordtorture/coordtorture/history"
 	"github.com/coordtorture/coordtorture/models"
 	"github.com/coordtorture/coordtorture/testbed"
@@ -152,10 +154,10 @@ func sentinelFailoverAt(at time.Duration, name string) Event {
 			return err
 		}
 		wctx := context.WithoutCancel(ctx)
-		w := watchOffset(wctx, old)
+		w := watchOffset(wctx, e, old)
 		n, err := e.Topo.FailoverSentinel(ctx)
 		if err != nil {
-			w.until(wctx, old, 0, 0)
+			w.until(wctx, old, nil, 0)
 			return err
 		}
 		e.Note("new primary %s", n.Name)
@@ -482,6 +484,11 @@ func init() {
 				}},
 				{At: d / 3, Name: "fill memory", Do: func(ctx context.Context, e *Env) error {
 					a := e.Topo.Node("n1").Admin()
+					counter := e.counterKey()
+					before := int64(-1)
+					if counter != "" {
+						before, _ = a.Get(ctx, counter).Int64()
+					}
 					val := make([]byte, 4096)
 					for round := 0; round < 4; round++ {
 						p := a.Pipeline()
@@ -492,8 +499,23 @@ func init() {
 							return err
 						}
 					}
-					if n, ok := infoInt(ctx, e.Topo.Node("n1"), "stats", "evicted_keys"); ok && n > 0 {
-						e.Effect("n1 evicted %d keys (allkeys-lru, maxmemory 4mb)", n)
+					n, ok := infoInt(ctx, e.Topo.Node("n1"), "stats", "evicted_keys")
+					switch {
+					case !ok || n == 0:
+					case counter == "":
+						// No counter to watch: the evictions are the proof
+						// (weaker: they may all have been filler).
+						e.Effect("n1 evicted %d keys (allkeys-lru, maxmemory 4mb); the implementation has no fencing counter to watch", n)
+					case before > 0:
+						// The counter only grows unless it is evicted (and
+						// restarted from zero by the next grant).
+						after, err := a.Get(ctx, counter).Int64()
+						if errors.Is(err, redis.Nil) {
+							after, err = 0, nil
+						}
+						if err == nil && after < before {
+							e.Effect("n1 evicted %d keys (allkeys-lru, maxmemory 4mb), the fencing counter among them: %d before the filler, %d after", n, before, after)
+						}
 					}
 					return nil
 				}},

@@ -51,14 +51,14 @@ func clusterForcedFailover(mode string) func(*rand.Rand, time.Duration) []Event 
 					return errors.New("no replica was cut")
 				}
 				wctx := context.WithoutCancel(ctx)
-				w := watchOffset(wctx, p)
+				w := watchOffset(wctx, e, p)
 				fctx, cancel := context.WithTimeout(wctx, 30*time.Second)
 				defer cancel()
 				// The cut lasts until the replica has taken over: only then
 				// can the old primary hear that it lost its slots and the
 				// nodes agree on the slot's owner again.
 				if err := healOnceTaken(wctx, e, r, p, func() error { return e.Topo.ClusterFailover(fctx, r.Name, mode) }); err != nil {
-					w.until(wctx, p, 0, 0)
+					w.until(wctx, p, nil, 0)
 					return err
 				}
 				e.Note("%s took the slot from %s", r.Name, p.Name)
@@ -84,13 +84,13 @@ func promoteBehind(_ *rand.Rand, d time.Duration) []Event {
 		{At: at + behind, Name: "promote n2 by hand (REPLICAOF NO ONE, replica behind), then heal", Do: func(ctx context.Context, e *Env) error {
 			old, np := e.Topo.Node("n1"), e.Topo.Node("n2")
 			wctx := context.WithoutCancel(ctx)
-			w := watchOffset(wctx, old)
+			w := watchOffset(wctx, e, old)
 			fctx, cancel := context.WithTimeout(wctx, 30*time.Second)
 			defer cancel()
 			// The re-pointed sentinels wait to see n1 replicate from n2, so
 			// the link is healed once n2 has taken over.
 			if err := healOnceTaken(wctx, e, np, old, func() error { return e.Topo.ForcePromote(fctx, np.Name) }); err != nil {
-				w.until(wctx, old, 0, 0)
+				w.until(wctx, old, nil, 0)
 				return err
 			}
 			failoverLoss(wctx, e, w, old, np, 0)
@@ -148,16 +148,16 @@ func splitBrain(_ *rand.Rand, d time.Duration) []Event {
 				side = append(side, Peer(i))
 			}
 			wctx := context.WithoutCancel(ctx)
-			w := watchOffset(wctx, old)
+			w := watchOffset(wctx, e, old)
 			defer func() { _ = e.Topo.HealAll() }()
 			if err := e.Topo.Split(side); err != nil {
-				w.until(wctx, old, 0, 0)
+				w.until(wctx, old, nil, 0)
 				return err
 			}
 			e.Note("%v on the old side", side)
 			np, err := electedBeside(wctx, e.Topo, old, 30*time.Second)
 			if err != nil {
-				w.until(wctx, old, 0, 0)
+				w.until(wctx, old, nil, 0)
 				return err
 			}
 			e.Note("sentinels elected %s", np.Name)
@@ -186,23 +186,22 @@ func electedBeside(ctx context.Context, topo *testbed.Topology, old *testbed.Nod
 	}
 }
 
-// twoPrimaries records the split-brain effect: np, promoted at replication
-// offset second_repl_offset − 1, and old, which reached a higher offset as a
-// primary (w), both answer as primaries at once: their data has diverged and
-// what old takes will be discarded when it is demoted.
+// twoPrimaries records the split-brain effect: np took over, and old,
+// which reached more than np took over as a primary (lossProof: the fencing
+// counter, or the replication offset without one), both answer as
+// primaries at once: their data has diverged and what old takes will be
+// discarded when it is demoted.
 func twoPrimaries(ctx context.Context, e *Env, w *offsetWatch, old, np *testbed.Node, limit time.Duration) {
-	second, ok := infoInt(ctx, np, "replication", "second_repl_offset")
-	if !ok || second <= 0 {
-		w.until(ctx, old, 0, 0)
+	proved, describe, ok := lossProof(ctx, w, np)
+	if !ok {
+		w.until(ctx, old, nil, 0)
 		return
 	}
-	took := second - 1
-	reached := w.until(ctx, old, took, limit)
+	off, c := w.until(ctx, old, proved, limit)
 	oldRole, _, ok1 := replicationOf(ctx, old)
 	newRole, _, ok2 := replicationOf(ctx, np)
-	if ok1 && ok2 && oldRole == "master" && newRole == "master" && reached > took {
-		e.Effect("%s and %s both answer as primary: %s took over at replication offset %d, %s reached %d as a primary (%d bytes of diverged writes)",
-			old.Name, np.Name, np.Name, took, old.Name, reached, reached-took)
+	if ok1 && ok2 && oldRole == "master" && newRole == "master" && proved(off, c) {
+		e.Effect("%s and %s both answer as primary: %s %s", old.Name, np.Name, np.Name, describe(off, c))
 	}
 }
 
