@@ -375,7 +375,7 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 		if leakNA = s.leakScanNA(env, h); leakNA == "" {
 			sleep(ctx, time.Until(start.Add(leakScanAt(h, healed, cfg.TTL, s.Check.Drift))))
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			env.scanLeaks(sctx, nemesisProc+1, key)
+			env.scanLeaks(sctx, nemesisProc+2, key) // +1 is the sampler
 			cancel()
 		}
 	}
