@@ -11,7 +11,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/coordtorture/coordtorture/history"
-	"github.com/coordtorture/coordtorture/models"
 )
 
 // The leak step: after the workload stops and every lease of the run could
@@ -160,9 +159,4 @@ func leftOf(ctx context.Context, a *redis.Client, key string) ([]string, error) 
 func isUnknownCommand(err error) bool {
 	var re redis.Error
 	return errors.As(err, &re) && strings.Contains(strings.ToLower(re.Error()), "unknown command")
-}
-
-// leaksNA is the leaks property's result where the scan does not apply.
-func leaksNA(reason string) models.Result {
-	return models.Result{Checker: "leaks", Verdict: models.Unknown, Summary: reason}
 }
