@@ -208,18 +208,7 @@ func init() {
 		Topo:    standalone, Workload: lockWorkload(0.1, shortStall),
 		Nemesis: func(r *rand.Rand, d time.Duration) []Event {
 			return every(r, d, 2*time.Second, time.Second, "latency on client links",
-				func(_ context.Context, e *Env, _ *rand.Rand) error {
-					for i := range e.Clients {
-						l, err := e.Topo.Link(Peer(i), "n1")
-						if err != nil {
-							return err
-						}
-						if err := l.Latency(20*time.Millisecond, 20*time.Millisecond); err != nil {
-							return err
-						}
-					}
-					return nil
-				}, healAll)
+				latencyOnEveryClientLink("n1", 20*time.Millisecond, 20*time.Millisecond), healAll)
 		},
 		Properties: props(), Check: models.Options{Drift: 80 * time.Millisecond}, Impls: impls,
 	})
@@ -322,21 +311,27 @@ func init() {
 		Topo: standalone, Workload: lockWorkload(0.1, shortStall), ClientTimeout: 3 * time.Second,
 		Nemesis: func(r *rand.Rand, d time.Duration) []Event {
 			return every(r, d, 2*time.Second, 1500*time.Millisecond, "300ms latency on every client link",
-				func(_ context.Context, e *Env, _ *rand.Rand) error {
-					for i := range e.Clients {
-						l, err := e.Topo.Link(Peer(i), "n1")
-						if err != nil {
-							return err
-						}
-						if err := l.Latency(300*time.Millisecond, 100*time.Millisecond); err != nil {
-							return err
-						}
-					}
-					return nil
-				}, healAll)
+				latencyOnEveryClientLink("n1", 300*time.Millisecond, 100*time.Millisecond), healAll)
 		},
 		Properties: props(), Check: models.Options{Drift: 80 * time.Millisecond}, Impls: impls,
 	})
+}
+
+// latencyOnEveryClientLink gives every client's link to node latency ±
+// jitter, each way.
+func latencyOnEveryClientLink(node string, latency, jitter time.Duration) func(context.Context, *Env, *rand.Rand) error {
+	return func(_ context.Context, e *Env, _ *rand.Rand) error {
+		for i := range e.Clients {
+			l, err := e.Topo.Link(Peer(i), node)
+			if err != nil {
+				return err
+			}
+			if err := l.Latency(latency, jitter); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 }
 
 // loseReplies loses the replies on a random half of the client links, in

@@ -123,17 +123,24 @@ func (p *primImpl) setLogger(l *slog.Logger) { p.log = l }
 func (p *primImpl) coordinator(c redis.UniversalClient) *prim.Coordinator {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.coords == nil {
-		p.coords = map[redis.UniversalClient]*prim.Coordinator{}
+	return coordinatorOf(&p.coords, c, p.log)
+}
+
+// coordinatorOf returns the prim.Coordinator of client c in coords, made
+// (with logger log, when set) on first use; the caller holds the lock that
+// guards coords.
+func coordinatorOf(coords *map[redis.UniversalClient]*prim.Coordinator, c redis.UniversalClient, log *slog.Logger) *prim.Coordinator {
+	if *coords == nil {
+		*coords = map[redis.UniversalClient]*prim.Coordinator{}
 	}
-	co := p.coords[c]
+	co := (*coords)[c]
 	if co == nil {
 		var opts []prim.Option
-		if p.log != nil {
-			opts = append(opts, prim.WithLogger(p.log))
+		if log != nil {
+			opts = append(opts, prim.WithLogger(log))
 		}
 		co = prim.New(c, opts...)
-		p.coords[c] = co
+		(*coords)[c] = co
 	}
 	return co
 }
@@ -170,18 +177,7 @@ type primWaiting struct {
 
 func (p *primWaiting) Acquire(ctx context.Context, c redis.UniversalClient, key string, ttl time.Duration) (Held, error) {
 	p.mu.Lock()
-	if p.coords == nil {
-		p.coords = map[redis.UniversalClient]*prim.Coordinator{}
-	}
-	co := p.coords[c]
-	if co == nil {
-		var opts []prim.Option
-		if p.log != nil {
-			opts = append(opts, prim.WithLogger(p.log))
-		}
-		co = prim.New(c, opts...)
-		p.coords[c] = co
-	}
+	co := coordinatorOf(&p.coords, c, p.log)
 	p.mu.Unlock()
 	l, err := co.AcquireFencedLock(ctx, "{"+key+"}:lease", "{"+key+"}:fence", ttl)
 	if err != nil {

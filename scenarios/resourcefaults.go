@@ -87,18 +87,7 @@ func init() {
 		Topo: standalone, Workload: workload,
 		Nemesis: func(r *rand.Rand, d time.Duration) []Event {
 			return every(r, d, 2*time.Second, 1200*time.Millisecond, "slow resource links",
-				func(_ context.Context, e *Env, _ *rand.Rand) error {
-					for i := range e.Clients {
-						l, err := e.Topo.Link(Peer(i), ResourceNode)
-						if err != nil {
-							return err
-						}
-						if err := l.Latency(150*time.Millisecond, 120*time.Millisecond); err != nil {
-							return err
-						}
-					}
-					return nil
-				}, healAll)
+				latencyOnEveryClientLink(ResourceNode, 150*time.Millisecond, 120*time.Millisecond), healAll)
 		},
 		Properties: props(), Check: models.Options{Drift: 20 * time.Millisecond}, Impls: impls,
 	})
