@@ -9,7 +9,12 @@ import (
 )
 
 // attempts indexes the exclusive acquisitions of a history that carry an
-// owner, by lock and owner, for matching sampled lease values to them.
+// owner, by lock and owner, for matching sampled lease values to them. An
+// acquisition is indexed under its owner and under every part of it before
+// a colon: an answered fenced acquisition records "<owner>:<token>", and the
+// same attempt may have left "<owner>:<another token>" on another server (a
+// resend after a failover runs the script again on the new primary, whose
+// counter is behind, while the old primary still holds the first run's lease).
 type attempts map[lockID]map[string][]int
 
 func indexAttempts(h *history.History) attempts {
@@ -24,6 +29,11 @@ func indexAttempts(h *history.History) attempts {
 			ix[id] = map[string][]int{}
 		}
 		ix[id][op.Owner] = append(ix[id][op.Owner], k)
+		for i := 0; i < len(op.Owner); i++ {
+			if op.Owner[i] == ':' {
+				ix[id][op.Owner[:i]] = append(ix[id][op.Owner[:i]], k)
+			}
+		}
 	}
 	return ix
 }
