@@ -463,9 +463,9 @@ func gridCells(t *testing.T, p string) (impls []string, cells map[string][2]stri
 	return impls, cells
 }
 
-// comparisonRun is prim beside a peer and a mutant: prim passes (one run
+// besidePrimRun is prim beside a peer and a mutant: prim passes (one run
 // on two servers, one with a HAZARD), the others fail, one property is N/A.
-func comparisonRun() *reports.Run {
+func besidePrimRun() *reports.Run {
 	prop := func(checker string, v scenarios.Verdict, summary string) scenarios.PropertyResult {
 		return scenarios.PropertyResult{Checker: checker, Expect: "must hold", Verdict: v,
 			Result: models.Result{Checker: checker, Summary: summary}}
@@ -491,7 +491,7 @@ func comparisonRun() *reports.Run {
 // status (prim's, beside peers and mutants), not the worst of the run, and
 // the page says the others are a comparison.
 func TestHTMLBadgeIsOverall(t *testing.T) {
-	for _, r := range []*reports.Run{comparisonRun(), sample(), richSample(t), {Outcomes: comparisonRun().Outcomes[4:]}} {
+	for _, r := range []*reports.Run{besidePrimRun(), sample(), richSample(t), {Outcomes: besidePrimRun().Outcomes[4:]}} {
 		p := page(t, r)
 		want := r.Overall()
 		if !strings.Contains(p, fmt.Sprintf(`<span class="v %s" id="overall">%s</span>`, strings.ToLower(string(want)), want)) {
@@ -505,7 +505,7 @@ func TestHTMLBadgeIsOverall(t *testing.T) {
 			t.Errorf("overall %s, worst %s: the page says comparison: %v", r.Overall(), r.Verdict(), !mixed)
 		}
 	}
-	r := comparisonRun()
+	r := besidePrimRun()
 	if r.Overall() != scenarios.Hazard || r.Verdict() != scenarios.Fail {
 		t.Fatalf("comparisonRun: overall %s, worst %s", r.Overall(), r.Verdict())
 	}
@@ -531,7 +531,7 @@ func TestHTMLBadgeIsOverall(t *testing.T) {
 // implementation (prim first, the comparison after, under its own header),
 // and each cell is the worst verdict of the pair, linking to its section.
 func TestHTMLGrid(t *testing.T) {
-	r := comparisonRun()
+	r := besidePrimRun()
 	p := page(t, r)
 	impls, cells := gridCells(t, p)
 	if want := []string{"prim", "redislock", "mutant-resource-ignores-tokens"}; !slices.Equal(impls, want) {
@@ -576,7 +576,7 @@ func TestHTMLGrid(t *testing.T) {
 // TestHTMLPassCollapsed: a run that passed has its section and its
 // properties collapsed; any other is open.
 func TestHTMLPassCollapsed(t *testing.T) {
-	r := comparisonRun()
+	r := besidePrimRun()
 	r.Outcomes = append(r.Outcomes, &scenarios.Outcome{Scenario: "fenced-lock/x", Impl: "prim", Build: "redis-8.0", Verdict: scenarios.Pass, Error: "the servers did not stop"})
 	p := page(t, r)
 	for i, o := range r.Outcomes {
@@ -598,7 +598,7 @@ func TestHTMLPassCollapsed(t *testing.T) {
 // TestHTMLNotApplicable: N/A is a state of its own (not UNKNOWN's colour)
 // with its reason in sight, also when the run's properties are collapsed.
 func TestHTMLNotApplicable(t *testing.T) {
-	p := page(t, comparisonRun())
+	p := page(t, besidePrimRun())
 	row := between(p, `<tr id="row-s2"`, "</tr>")
 	if !strings.Contains(row, `<li class="prop" data-checker="token-order"><span class="v na">N/A</span> <span class="checker">token-order</span> <span class="expect">(must hold)</span> <span class="summary">nothing to check: redislock hands out no fencing tokens</span>`) {
 		t.Errorf("the N/A property is not shown as N/A with its reason:\n%s", row)

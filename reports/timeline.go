@@ -276,7 +276,7 @@ func buildTimeline(id string, o *scenarios.Outcome, h *history.History, budget i
 		tl.Legend = append(tl.Legend, tlLegend{Class: "pause", Label: "client pause (holding a lease, invoked nothing)"},
 			tlLegend{Class: "pause expired", Label: "pause past the lease's end"})
 		tl.PauseNote = fmt.Sprintf("%d client pause%s drawn (%d past the lease's end): a process that held a lease and invoked nothing for at least a twentieth of the lease, from its last completion to its next invocation (the history does not record pauses; these are its gaps).",
-			tl.Pauses, plural(tl.Pauses), expired)
+			tl.Pauses, pluralS(tl.Pauses), expired)
 	}
 	sort.SliceStable(segs, func(i, j int) bool {
 		a, b := &segs[i], &segs[j]
@@ -620,7 +620,8 @@ func holdSegments(h *history.History, lane map[int]int, end int64) ([]seg, []str
 	return segs, keys
 }
 
-func plural(n int) string {
+// pluralS is the plural ending "s" unless n is 1.
+func pluralS(n int) string {
 	if n == 1 {
 		return ""
 	}
