@@ -23,6 +23,10 @@ const (
 	tlBarH   = 10.0
 	tlStripH = 3.0
 	tlAxisH  = 26.0
+	// tlMinW is the least width of a shape: shapes have their true width
+	// (their stroke, which does not scale when zooming, keeps the shortest
+	// ones in sight), but an SVG rect of width 0 is not drawn at all.
+	tlMinW = 0.001
 )
 
 // timeline is the SVG of one scenario: a lane per process with its lock
@@ -329,7 +333,7 @@ func buildTimeline(id string, o *scenarios.Outcome, h *history.History, budget i
 			y++
 		}
 		x1, x2 := x(s.start), x(s.end)
-		tl.Bars = append(tl.Bars, tlShape{X: x1, Y: y, W: max(x2-x1, 0.8), H: hgt, Class: s.class, Title: s.describe(procs[s.lane])})
+		tl.Bars = append(tl.Bars, tlShape{X: x1, Y: y, W: max(x2-x1, tlMinW), H: hgt, Class: s.class, Title: s.describe(procs[s.lane])})
 	}
 
 	// Nemesis events: fault windows where a later event's name says it ends
@@ -374,10 +378,10 @@ func buildTimeline(id string, o *scenarios.Outcome, h *history.History, budget i
 		x1 := x(f.at)
 		if f.closed {
 			title += fmt.Sprintf(" – until %s (%s)", fmtNs(f.end), f.closedName)
-			tl.Windows = append(tl.Windows, tlShape{X: x1, Y: 4, W: max(x(f.end)-x1, 1), H: tl.Bottom - 4, Class: "fault" + cls, Title: title})
+			tl.Windows = append(tl.Windows, tlShape{X: x1, Y: 4, W: max(x(f.end)-x1, tlMinW), H: tl.Bottom - 4, Class: "fault" + cls, Title: title})
 			for _, p := range clientsNamed(f.name) {
 				if l, ok := lane[p]; ok {
-					tl.LaneWindows = append(tl.LaneWindows, tlShape{X: x1, Y: laneY(l), W: max(x(f.end)-x1, 1), H: tlLaneH,
+					tl.LaneWindows = append(tl.LaneWindows, tlShape{X: x1, Y: laneY(l), W: max(x(f.end)-x1, tlMinW), H: tlLaneH,
 						Class: "cfault" + cls, Title: fmt.Sprintf("proc %d's client c%d: %s", p, p, title)})
 				}
 			}
@@ -427,7 +431,7 @@ func buildTimeline(id string, o *scenarios.Outcome, h *history.History, budget i
 					ret = end
 				}
 				x1, x2 := x(op.T), x(ret)
-				m.Rects = append(m.Rects, tlShape{X: x1 - 1, Y: laneY(l) - 0.5, W: max(x2-x1, 0.8) + 2, H: tlLaneH - 1, Title: op.String()})
+				m.Rects = append(m.Rects, tlShape{X: x1, Y: laneY(l) - 0.5, W: max(x2-x1, tlMinW), H: tlLaneH - 1, Title: op.String()})
 			}
 			m.X = x(first)
 			label(m.X, 27, fmt.Sprintf("E%d", nev), "evlabel "+m.Class, m.Ref)
