@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -283,6 +284,10 @@ const zoomProbe = `<script>
     out.drag = state();
     bar.querySelector(".zreset").click();
     out.button = state();
+    bar.querySelector(".zev").click();
+    out.violations = state();
+    out.marks = Array.prototype.map.call(svg.querySelectorAll("g.evmark line"), function (l) { return +l.getAttribute("x1"); });
+    bar.querySelector(".zreset").click();
   } catch (e) {
     out.error = String(e && e.stack || e);
   }
@@ -343,9 +348,10 @@ func TestHTMLZoomInChromium(t *testing.T) {
 		t.Fatalf("the probe did not run; DOM starts:\n%.2000s", dom)
 	}
 	var got struct {
-		Before, Wheel, Plain, Reset, Drag, Button zoomState
-		PlainPrevented                            bool
-		Brush, Error                              string
+		Before, Wheel, Plain, Reset, Drag, Button, Violations zoomState
+		Marks                                                 []float64
+		PlainPrevented                                        bool
+		Brush, Error                                          string
 	}
 	if err := json.Unmarshal([]byte(html.UnescapeString(raw)), &got); err != nil {
 		t.Fatalf("probe output %q: %v", raw, err)
@@ -374,6 +380,16 @@ func TestHTMLZoomInChromium(t *testing.T) {
 	x, w = viewBox(t, got.Drag.VB)
 	if math.Abs(x-(x0+w0/4)) > 2 || math.Abs(w-w0/4) > 2 || got.Brush != "visible" {
 		t.Errorf("a drag across the second quarter: viewBox %q (want about %v 0 %v …), brush while dragging %q", got.Drag.VB, x0+w0/4, w0/4, got.Brush)
+	}
+
+	// "zoom to the violations" shows every violation's line, and not much more.
+	x, w = viewBox(t, got.Violations.VB)
+	if len(got.Marks) < 2 {
+		t.Fatalf("too few violation marks to zoom to: %v", got.Marks)
+	}
+	lo, hi := slices.Min(got.Marks), slices.Max(got.Marks)
+	if x > lo || x+w < hi || w >= w0/2 {
+		t.Errorf("zoomed to the violations at %v: viewBox %q", got.Marks, got.Violations.VB)
 	}
 
 	// Opened at a passed run's anchor, the page opens its section.
