@@ -100,6 +100,7 @@ type page struct {
 	// others (peers and mutants beside prim); each in run order.
 	UnderTest  []*pageOutcome
 	Comparison []*pageOutcome
+	CompImpls  []string       // the comparison's implementations
 	Outcomes   []*pageOutcome // all, in run order
 }
 
@@ -226,6 +227,11 @@ func buildPage(r *Run) *page {
 	}
 	p.Counts, p.CompCounts = counts(count), counts(compCount)
 	p.Grid = buildGrid(p.Outcomes)
+	for _, im := range p.Grid.Impls {
+		if im.Comparison {
+			p.CompImpls = append(p.CompImpls, im.Name)
+		}
+	}
 	return p
 }
 

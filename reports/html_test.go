@@ -510,7 +510,8 @@ func TestHTMLBadgeIsOverall(t *testing.T) {
 		t.Fatalf("comparisonRun: overall %s, worst %s", r.Overall(), r.Verdict())
 	}
 	p := page(t, r)
-	if why := between(p, `<p class="why" id="overall-why">`, "</p>"); !strings.Contains(why, "exit status (0)") || !strings.Contains(why, `their worst: <span class="v fail">FAIL</span>`) {
+	if why := between(p, `<p class="why" id="overall-why">`, "</p>"); !strings.Contains(why, "exit status (0)") || !strings.Contains(why, `their worst: <span class="v fail">FAIL</span>`) ||
+		!strings.Contains(why, "(redislock, mutant-resource-ignores-tokens) ran beside prim") {
 		t.Errorf("the page does not explain the badge: %s", why)
 	}
 	// The comparison's rows and sections are apart, after prim's, and labelled.
