@@ -284,6 +284,11 @@ const zoomProbe = `<script>
     out.drag = state();
     bar.querySelector(".zreset").click();
     out.button = state();
+    var only = document.getElementById("only-bad");
+    only.click();
+    out.onlyBad = Array.prototype.filter.call(document.querySelectorAll("section.scenario, #verdict-table tr[data-verdict], #toc a[href^='#s']"),
+      function (e) { return !e.hidden; }).map(function (e) { return e.id || e.getAttribute("href"); }).join(" ");
+    only.click();
     bar.querySelector(".zev").click();
     out.violations = state();
     out.marks = Array.prototype.map.call(svg.querySelectorAll("g.evmark line"), function (l) { return +l.getAttribute("x1"); });
@@ -351,7 +356,7 @@ func TestHTMLZoomInChromium(t *testing.T) {
 		Before, Wheel, Plain, Reset, Drag, Button, Violations zoomState
 		Marks                                                 []float64
 		PlainPrevented                                        bool
-		Brush, Error                                          string
+		Brush, Error, OnlyBad                                 string
 	}
 	if err := json.Unmarshal([]byte(html.UnescapeString(raw)), &got); err != nil {
 		t.Fatalf("probe output %q: %v", raw, err)
@@ -380,6 +385,12 @@ func TestHTMLZoomInChromium(t *testing.T) {
 	x, w = viewBox(t, got.Drag.VB)
 	if math.Abs(x-(x0+w0/4)) > 2 || math.Abs(w-w0/4) > 2 || got.Brush != "visible" {
 		t.Errorf("a drag across the second quarter: viewBox %q (want about %v 0 %v …), brush while dragging %q", got.Drag.VB, x0+w0/4, w0/4, got.Brush)
+	}
+
+	// "show only the runs that did not pass" hides s1's section, row and
+	// entry in the contents.
+	if got.OnlyBad != "#s2 #s3 row-s2 row-s3 s2 s3" {
+		t.Errorf("only the runs that did not pass: %q shown", got.OnlyBad)
 	}
 
 	// "zoom to the violations" shows every violation's line, and not much more.
