@@ -4,11 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"html"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -182,6 +185,12 @@ func TestHTMLInChromium(t *testing.T) {
 	if root := between(dom, "<html", ">"); strings.Contains(root, "data-pwned") {
 		t.Errorf("a scenario name ran as a script: %s>", root)
 	}
+	if want := fmt.Sprintf(`id="overall">%s</span>`, r.Overall()); !strings.Contains(dom, want) {
+		t.Errorf("the rendered badge is not the overall verdict %s: %s", r.Overall(), between(dom, "<h1>", "</h1>"))
+	}
+	if grid := between(dom, `<table class="grid" id="grid">`, "</table>"); strings.Count(grid, `<a href="#s`) != len(r.Outcomes) {
+		t.Errorf("the rendered grid does not link every run:\n%s", grid)
+	}
 	table := between(dom, `<table class="verdicts" id="verdict-table">`, "</table>")
 	if table == "" {
 		t.Fatalf("no verdict table in the DOM:\n%.3000s", dom)
@@ -241,4 +250,165 @@ func TestHTMLInChromium(t *testing.T) {
 // escapeText escapes s as chromium serializes text: only &, < and >.
 func escapeText(s string) string {
 	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", "\u00a0", "&nbsp;").Replace(s)
+}
+
+// zoomProbe runs after the page's script, in chromium: it zooms the
+// timeline of s2 as a user would (Ctrl+wheel at its centre, a plain wheel,
+// a double-click, a drag across a quarter of it, the reset button) and
+// leaves what it saw, as JSON, in <html data-zoom-test>.
+const zoomProbe = `<script>
+(function () {
+  var out = {};
+  try {
+    var svg = document.getElementById("tl-s2"), plot = svg.querySelector("svg.plot");
+    var bar = document.querySelector(".zoombar[data-for='tl-s2']");
+    var state = function () {
+      return {vb: plot.getAttribute("viewBox"), zoom: svg.getAttribute("data-zoom"), view: bar.querySelector(".zview").textContent,
+        ticks: Array.prototype.map.call(svg.querySelectorAll("g.ticks text"), function (t) { return t.textContent; }).join(" "),
+        label: svg.querySelector("g.labels text[data-ev]").getAttribute("x")};
+    };
+    out.before = state();
+    var r = plot.getBoundingClientRect(), cx = r.left + r.width / 2, cy = r.top + r.height / 2;
+    svg.dispatchEvent(new WheelEvent("wheel", {deltaY: -500, ctrlKey: true, clientX: cx, clientY: cy, bubbles: true, cancelable: true}));
+    out.wheel = state();
+    var plain = new WheelEvent("wheel", {deltaY: -500, clientX: cx, clientY: cy, bubbles: true, cancelable: true});
+    svg.dispatchEvent(plain);
+    out.plainPrevented = plain.defaultPrevented;
+    out.plain = state();
+    svg.dispatchEvent(new MouseEvent("dblclick", {bubbles: true, clientX: cx, clientY: cy}));
+    out.reset = state();
+    svg.dispatchEvent(new MouseEvent("mousedown", {bubbles: true, cancelable: true, button: 0, clientX: r.left + r.width * 0.25, clientY: cy}));
+    window.dispatchEvent(new MouseEvent("mousemove", {bubbles: true, clientX: r.left + r.width * 0.5, clientY: cy}));
+    out.brush = svg.querySelector("rect.brush").getAttribute("visibility") || "visible";
+    window.dispatchEvent(new MouseEvent("mouseup", {bubbles: true, clientX: r.left + r.width * 0.5, clientY: cy}));
+    out.drag = state();
+    bar.querySelector(".zreset").click();
+    out.button = state();
+    var only = document.getElementById("only-bad");
+    only.click();
+    out.onlyBad = Array.prototype.filter.call(document.querySelectorAll("section.scenario, #verdict-table tr[data-verdict], #toc a[href^='#s']"),
+      function (e) { return !e.hidden; }).map(function (e) { return e.id || e.getAttribute("href"); }).join(" ");
+    only.click();
+    bar.querySelector(".zev").click();
+    out.violations = state();
+    out.marks = Array.prototype.map.call(svg.querySelectorAll("g.evmark line"), function (l) { return +l.getAttribute("x1"); });
+    bar.querySelector(".zreset").click();
+  } catch (e) {
+    out.error = String(e && e.stack || e);
+  }
+  document.documentElement.setAttribute("data-zoom-test", JSON.stringify(out));
+})();
+</script>`
+
+type zoomState struct {
+	VB, Zoom, View, Ticks, Label string
+}
+
+// viewBox parses a plot's viewBox: its x and width.
+func viewBox(t *testing.T, vb string) (x, w float64) {
+	t.Helper()
+	f := strings.Fields(vb)
+	if len(f) != 4 {
+		t.Fatalf("viewBox %q", vb)
+	}
+	x, err1 := strconv.ParseFloat(f[0], 64)
+	w, err2 := strconv.ParseFloat(f[2], 64)
+	if err1 != nil || err2 != nil {
+		t.Fatalf("viewBox %q", vb)
+	}
+	return x, w
+}
+
+// TestHTMLZoomInChromium zooms a timeline in headless chromium: Ctrl+wheel
+// narrows the plot's viewBox around the pointer and redraws the ticks, a
+// plain wheel leaves the page to scroll, a drag zooms into the time dragged
+// across, a double-click and the reset button show the whole run again;
+// no script error on the way. It also opens a collapsed (passed) run when
+// the page is opened at its anchor.
+func TestHTMLZoomInChromium(t *testing.T) {
+	bin := chromium(t)
+	dir := t.TempDir()
+	r := richSample(t)
+	if err := reports.WriteDir(dir, r); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "index.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe := filepath.Join(dir, "zoom.html")
+	if err := os.WriteFile(probe, bytes.Replace(b, []byte("</body>"), []byte(zoomProbe+"</body>"), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dom, stderr := runChromium(t, bin, probe, "--dump-dom", "--window-size=1400,2000")
+	if errs := consoleErrors(stderr); len(errs) > 0 {
+		t.Errorf("console messages:\n%s", strings.Join(errs, "\n"))
+	}
+	if !strings.Contains(dom, `<ul id="js-errors" hidden=""></ul>`) {
+		t.Errorf("the page caught script errors: %s", between(dom, `<ul id="js-errors"`, "</ul>"))
+	}
+	_, raw, _ := strings.Cut(dom, `data-zoom-test="`)
+	raw, _, _ = strings.Cut(raw, `"`)
+	if raw == "" {
+		t.Fatalf("the probe did not run; DOM starts:\n%.2000s", dom)
+	}
+	var got struct {
+		Before, Wheel, Plain, Reset, Drag, Button, Violations zoomState
+		Marks                                                 []float64
+		PlainPrevented                                        bool
+		Brush, Error, OnlyBad                                 string
+	}
+	if err := json.Unmarshal([]byte(html.UnescapeString(raw)), &got); err != nil {
+		t.Fatalf("probe output %q: %v", raw, err)
+	}
+	if got.Error != "" {
+		t.Fatalf("the probe failed: %s", got.Error)
+	}
+	t.Logf("zoom probe: %+v", got)
+	x0, w0 := viewBox(t, got.Before.VB)
+	if x0 != 100 || w0 != 1172 || got.Before.Zoom != "1" || got.Before.View != "the whole run" {
+		t.Errorf("unzoomed: %+v", got.Before)
+	}
+	x, w := viewBox(t, got.Wheel.VB)
+	if !(w < w0/2) || math.Abs(x+w/2-(x0+w0/2)) > 2 {
+		t.Errorf("Ctrl+wheel up at the centre: viewBox %q from %q, want narrower around the centre", got.Wheel.VB, got.Before.VB)
+	}
+	if got.Wheel.Ticks == got.Before.Ticks || got.Wheel.View == got.Before.View || got.Wheel.Label == got.Before.Label || got.Wheel.Zoom == "1" {
+		t.Errorf("zoomed, the ticks, the shown range or the labels did not follow: %+v", got.Wheel)
+	}
+	if got.PlainPrevented || got.Plain != got.Wheel {
+		t.Errorf("a plain wheel zoomed (or kept the page from scrolling): %+v, prevented %v", got.Plain, got.PlainPrevented)
+	}
+	if got.Reset != got.Before || got.Button != got.Before {
+		t.Errorf("double-click %+v, reset button %+v: want the whole run again %+v", got.Reset, got.Button, got.Before)
+	}
+	x, w = viewBox(t, got.Drag.VB)
+	if math.Abs(x-(x0+w0/4)) > 2 || math.Abs(w-w0/4) > 2 || got.Brush != "visible" {
+		t.Errorf("a drag across the second quarter: viewBox %q (want about %v 0 %v …), brush while dragging %q", got.Drag.VB, x0+w0/4, w0/4, got.Brush)
+	}
+
+	// "show only the runs that did not pass" hides s1's section, row and
+	// entry in the contents.
+	if got.OnlyBad != "#s2 #s3 row-s2 row-s3 s2 s3" {
+		t.Errorf("only the runs that did not pass: %q shown", got.OnlyBad)
+	}
+
+	// "zoom to the violations" shows every violation's line, and not much more.
+	x, w = viewBox(t, got.Violations.VB)
+	if len(got.Marks) < 2 {
+		t.Fatalf("too few violation marks to zoom to: %v", got.Marks)
+	}
+	lo, hi := slices.Min(got.Marks), slices.Max(got.Marks)
+	if x > lo || x+w < hi || w >= w0/2 {
+		t.Errorf("zoomed to the violations at %v: viewBox %q", got.Marks, got.Violations.VB)
+	}
+
+	// Opened at a passed run's anchor, the page opens its section.
+	if !strings.Contains(section(page(t, r), "s1"), `<details class="run">`) {
+		t.Fatal("s1 does not start collapsed")
+	}
+	dom, _ = runChromium(t, bin, filepath.Join(dir, "index.html")+"#s1", "--dump-dom")
+	if !strings.Contains(between(dom, `<section class="scenario" id="s1">`, "<summary>"), `<details class="run" open="">`) {
+		t.Errorf("opened at #s1, its section stays collapsed: %s", between(dom, `<section class="scenario" id="s1">`, "<summary>"))
+	}
 }

@@ -42,10 +42,12 @@ const (
 var pageSource string
 
 var pageTemplate = template.Must(template.New("report").Funcs(template.FuncMap{
-	"f":   fmtCoord,
-	"vcl": verdictClass,
-	"add": func(a, b float64) float64 { return a + b },
-	"sub": func(a, b float64) float64 { return a - b },
+	"f":    fmtCoord,
+	"fx":   fmtPlot,
+	"vcl":  verdictClass,
+	"isub": func(a, b int) int { return a - b },
+	"add":  func(a, b float64) float64 { return a + b },
+	"sub":  func(a, b float64) float64 { return a - b },
 }).Parse(pageSource))
 
 // VisualizationFile is the file name, inside a run directory, of the
@@ -84,12 +86,22 @@ func WriteHTML(w io.Writer, r *Run) error {
 
 // page is what the template renders.
 type page struct {
-	Title    string
-	Started  string
-	Command  string
-	Verdict  scenarios.Verdict
-	Counts   []verdictCount
-	Outcomes []*pageOutcome
+	Title   string
+	Started string
+	Command string
+	// Overall is the run's verdict (Run.Overall), the one that sets the
+	// exit status; All the worst of every outcome, comparison included.
+	Overall, All scenarios.Verdict
+	Exit         int
+	Counts       []verdictCount // of the outcomes that set the verdict
+	CompCounts   []verdictCount // of the comparison's outcomes
+	Grid         *grid
+	// UnderTest are the outcomes that set the verdict, Comparison the
+	// others (peers and mutants beside prim); each in run order.
+	UnderTest  []*pageOutcome
+	Comparison []*pageOutcome
+	CompImpls  []string       // the comparison's implementations
+	Outcomes   []*pageOutcome // all, in run order
 }
 
 type verdictCount struct {
@@ -97,8 +109,43 @@ type verdictCount struct {
 	N       int
 }
 
+// grid is the scenario × implementation table at the top of the page.
+type grid struct {
+	Impls []gridImpl
+	Rows  []gridRow
+	// Comparison is the number of comparison columns (the last ones).
+	Comparison int
+}
+
+type gridImpl struct {
+	Name       string
+	Comparison bool
+}
+
+type gridRow struct {
+	Scenario string
+	Cells    []gridCell
+}
+
+// gridCell is the worst verdict of one scenario × implementation (over
+// servers), linking to the section of the first outcome with it; Runs is 0
+// when the implementation did not run the scenario.
+type gridCell struct {
+	Verdict    scenarios.Verdict
+	Href       string
+	Title      string
+	Runs       int
+	NA         int // properties with nothing to check, over the runs
+	Comparison bool
+}
+
 type pageOutcome struct {
-	ID       string
+	ID         string
+	Comparison bool // a peer's or mutant's run beside prim: does not set the verdict
+	NA         int  // properties with nothing to check
+	// PropLine sums up the properties of a run that passed (their list
+	// starts collapsed), N/A ones with their reasons.
+	PropLine string
 	Scenario string
 	Impl     string
 	Build    string
@@ -148,31 +195,132 @@ type pageEvent struct {
 }
 
 func buildPage(r *Run) *page {
-	p := &page{Command: r.Command, Verdict: r.Verdict()}
+	p := &page{Command: r.Command, Overall: r.Overall(), All: r.Verdict()}
+	p.Exit = p.Overall.ExitStatus()
 	if !r.Started.IsZero() {
 		p.Started = r.Started.Format(time.RFC3339)
 	}
-	p.Title = fmt.Sprintf("coordtorture %s", p.Verdict)
+	p.Title = fmt.Sprintf("coordtorture %s", p.Overall)
 	if p.Started != "" {
 		p.Title += " · " + p.Started
 	}
-	count := map[scenarios.Verdict]int{}
-	for _, o := range r.Outcomes {
-		count[o.Verdict]++
-	}
-	for _, v := range []scenarios.Verdict{scenarios.Fail, scenarios.Unknown, scenarios.Hazard, scenarios.Pass} {
-		if count[v] > 0 {
-			p.Counts = append(p.Counts, verdictCount{v, count[v]})
-		}
-	}
+	// Beside prim, the other implementations are a comparison: Overall
+	// counts prim's verdicts only.
+	compared := hasImpl(r, "prim") && !onlyImpl(r, "prim")
 	budget := MaxTimelineBars
 	if n := len(r.Outcomes); n > 0 && MaxPageBars/n < budget {
 		budget = max(300, MaxPageBars/n)
 	}
+	count := map[scenarios.Verdict]int{}
+	compCount := map[scenarios.Verdict]int{}
 	for i, o := range r.Outcomes {
-		p.Outcomes = append(p.Outcomes, buildOutcome(i, o, budget))
+		po := buildOutcome(i, o, budget)
+		po.Comparison = compared && o.Impl != "prim"
+		p.Outcomes = append(p.Outcomes, po)
+		if po.Comparison {
+			p.Comparison = append(p.Comparison, po)
+			compCount[o.Verdict]++
+		} else {
+			p.UnderTest = append(p.UnderTest, po)
+			count[o.Verdict]++
+		}
+	}
+	p.Counts, p.CompCounts = counts(count), counts(compCount)
+	p.Grid = buildGrid(p.Outcomes)
+	for _, im := range p.Grid.Impls {
+		if im.Comparison {
+			p.CompImpls = append(p.CompImpls, im.Name)
+		}
 	}
 	return p
+}
+
+// ies is the ending of "property" for n of them.
+func ies(n int) string {
+	if n == 1 {
+		return "y"
+	}
+	return "ies"
+}
+
+func hasImpl(r *Run, impl string) bool {
+	for _, o := range r.Outcomes {
+		if o.Impl == impl {
+			return true
+		}
+	}
+	return false
+}
+
+func onlyImpl(r *Run, impl string) bool {
+	for _, o := range r.Outcomes {
+		if o.Impl != impl {
+			return false
+		}
+	}
+	return true
+}
+
+func counts(m map[scenarios.Verdict]int) []verdictCount {
+	var out []verdictCount
+	for _, v := range []scenarios.Verdict{scenarios.Fail, scenarios.Unknown, scenarios.Hazard, scenarios.Pass} {
+		if m[v] > 0 {
+			out = append(out, verdictCount{v, m[v]})
+		}
+	}
+	return out
+}
+
+// buildGrid lays the outcomes out as scenarios × implementations: the
+// implementations that set the verdict first, the comparison's after.
+func buildGrid(pos []*pageOutcome) *grid {
+	g := &grid{}
+	col := map[string]int{}
+	row := map[string]int{}
+	for pass := 0; pass < 2; pass++ {
+		for _, po := range pos {
+			if _, ok := col[po.Impl]; ok || po.Comparison != (pass == 1) {
+				continue
+			}
+			col[po.Impl] = len(g.Impls)
+			g.Impls = append(g.Impls, gridImpl{Name: po.Impl, Comparison: po.Comparison})
+			if po.Comparison {
+				g.Comparison++
+			}
+		}
+	}
+	for _, po := range pos {
+		if _, ok := row[po.Scenario]; !ok {
+			row[po.Scenario] = len(g.Rows)
+			g.Rows = append(g.Rows, gridRow{Scenario: po.Scenario, Cells: make([]gridCell, len(g.Impls))})
+		}
+		c := &g.Rows[row[po.Scenario]].Cells[col[po.Impl]]
+		c.Comparison = po.Comparison
+		if c.Runs == 0 || scenarios.Worst(c.Verdict, po.Verdict) != c.Verdict {
+			c.Verdict, c.Href = po.Verdict, "#"+po.ID
+		}
+		c.Runs++
+		c.NA += po.NA
+	}
+	for _, r := range g.Rows {
+		for i := range r.Cells {
+			c := &r.Cells[i]
+			if c.Runs == 0 {
+				continue
+			}
+			c.Title = string(c.Verdict)
+			if c.Runs > 1 {
+				c.Title += fmt.Sprintf(", the worst of %d runs", c.Runs)
+			}
+			if c.NA > 0 {
+				c.Title += fmt.Sprintf("; %d propert%s with nothing to check (N/A)", c.NA, ies(c.NA))
+			}
+			if c.Comparison {
+				c.Title += "; comparison: does not set the verdict"
+			}
+		}
+	}
+	return g
 }
 
 func buildOutcome(i int, o *scenarios.Outcome, budget int) *pageOutcome {
@@ -209,7 +357,21 @@ func buildOutcome(i int, o *scenarios.Outcome, budget int) *pageOutcome {
 					Anchor: fmt.Sprintf("%s-e%d", po.ID, nev), Text: text, Marked: len(e.Ops) > 0})
 			}
 		}
+		if pr.Verdict == scenarios.NA {
+			po.NA++
+		}
 		po.Props = append(po.Props, pp)
+	}
+	held := len(o.Results) - po.NA
+	po.PropLine = fmt.Sprintf("%d propert%s held", held, ies(held))
+	if po.NA > 0 {
+		var na []string
+		for _, pr := range o.Results {
+			if pr.Verdict == scenarios.NA {
+				na = append(na, pr.Checker+": "+pr.Result.Summary)
+			}
+		}
+		po.PropLine += fmt.Sprintf(", %d N/A (%s)", po.NA, strings.Join(na, "; "))
 	}
 	tl, evs, more := buildTimeline(po.ID, o, h, budget)
 	po.Timeline, po.Events, po.More = tl, evs, more
@@ -225,6 +387,8 @@ func verdictClass(v scenarios.Verdict) string {
 		return "hazard"
 	case scenarios.Fail:
 		return "fail"
+	case scenarios.NA:
+		return "na"
 	}
 	return "unknown"
 }
@@ -236,6 +400,17 @@ func fmtCoord(v float64) string {
 	}
 	s := strconv.FormatFloat(v, 'f', 1, 64)
 	return strings.TrimSuffix(s, ".0")
+}
+
+// fmtPlot formats an x coordinate inside a zoomable timeline with three
+// decimals: the script zooms in up to 20000 times.
+func fmtPlot(v float64) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return "0"
+	}
+	s := strconv.FormatFloat(v, 'f', 3, 64)
+	s = strings.TrimRight(s, "0")
+	return strings.TrimSuffix(s, ".")
 }
 
 // fmtNs formats a history time or a duration in nanoseconds for humans.

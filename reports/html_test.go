@@ -5,11 +5,13 @@ import (
 	"container/heap"
 	"fmt"
 	"html"
+	"maps"
 	"math/rand/v2"
 	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -267,7 +269,7 @@ func TestHTMLVerdictsTimelinesHistograms(t *testing.T) {
 			t.Errorf("no timeline for %s", id)
 		}
 	}
-	sec := between(p, `<section class="scenario" id="s2">`, "</section>")
+	sec := section(p, "s2")
 	for _, want := range []string{`class="fault"`, `class="mark err"`, `class="evmark ev-fail" data-ev="s2-e1"`,
 		`class="evmark ev-hazard"`, `id="s2-e1"`, `href="viz/fenced-lock__failover-forced.redislock.redis-8.0.token-order.html"`,
 		`data-f="acquire"`, `data-f="write"`, `data-f="release"`, "p99", "5 violations in all"} {
@@ -285,13 +287,22 @@ func TestHTMLVerdictsTimelinesHistograms(t *testing.T) {
 	if !strings.Contains(sec, `<span class="effect">effect: the new primary n2 took over 812 bytes behind the old one</span>`) {
 		t.Error("the event list does not say the failover's effect")
 	}
-	pass := between(p, `<section class="scenario" id="s1">`, "</section>")
+	pass := section(p, "s1")
 	if n := strings.Count(pass, `<rect class="fault"`); n != 4 {
 		t.Errorf("pause-primary has %d fault windows, want 4", n)
 	}
 	if strings.Contains(pass, "Capped") {
 		t.Error("a 10 s history should not be capped")
 	}
+}
+
+// section is the scenario section of the outcome with that id.
+func section(p, id string) string {
+	m := regexp.MustCompile(`<section class="scenario[^"]*" id="` + id + `"`).FindStringIndex(p)
+	if m == nil {
+		return ""
+	}
+	return between(p[m[0]:], "<section", "</section>")
 }
 
 func between(s, from, to string) string {
@@ -421,5 +432,258 @@ func TestWriteDirHTMLAndViz(t *testing.T) {
 	got := reports.VisualizationFile(r.Outcomes[2], "exclusion")
 	if rest, ok := strings.CutPrefix(got, "viz/"); !ok || strings.ContainsAny(rest, `<>"/ &?#%`) {
 		t.Errorf("unsafe visualization file name %q", got)
+	}
+}
+
+// gridCells reads the scenario × implementation grid of a page: for each
+// "scenario [impl]", its cell's class and link ("" when not run).
+func gridCells(t *testing.T, p string) (impls []string, cells map[string][2]string) {
+	t.Helper()
+	g := between(p, `<table class="grid" id="grid">`, "</table>")
+	if g == "" {
+		t.Fatal("no scenario × implementation grid")
+	}
+	head := between(g, "<tr><th>scenario", "</tr>")
+	head = head[strings.Index(head, "</th>")+5:]
+	for _, m := range regexp.MustCompile(`<th(?: class="cmp")?>([^<]*)</th>`).FindAllStringSubmatch(head, -1) {
+		impls = append(impls, html.UnescapeString(m[1]))
+	}
+	cells = map[string][2]string{}
+	row := regexp.MustCompile(`<tr><th scope="row">([^<]*)</th>(.*?)</tr>`)
+	cell := regexp.MustCompile(`<td class="([^"]*)"[^>]*>(?:<a href="([^"]*)")?`)
+	for _, m := range row.FindAllStringSubmatch(g, -1) {
+		cs := cell.FindAllStringSubmatch(m[2], -1)
+		if len(cs) != len(impls) {
+			t.Fatalf("grid row %s has %d cells for %d implementations", m[1], len(cs), len(impls))
+		}
+		for i, c := range cs {
+			cells[html.UnescapeString(m[1])+" ["+impls[i]+"]"] = [2]string{c[1], c[2]}
+		}
+	}
+	return impls, cells
+}
+
+// besidePrimRun is prim beside a peer and a mutant: prim passes (one run
+// on two servers, one with a HAZARD), the others fail, one property is N/A.
+func besidePrimRun() *reports.Run {
+	prop := func(checker string, v scenarios.Verdict, summary string) scenarios.PropertyResult {
+		return scenarios.PropertyResult{Checker: checker, Expect: "must hold", Verdict: v,
+			Result: models.Result{Checker: checker, Summary: summary}}
+	}
+	out := func(sc, impl, build string, v scenarios.Verdict, props ...scenarios.PropertyResult) *scenarios.Outcome {
+		return &scenarios.Outcome{Scenario: sc, Impl: impl, Build: build, Verdict: v, Results: props, Duration: time.Second,
+			Records: []history.Op{{I: 0, Process: 0, Type: history.Invoke, F: "acquire", Key: "k", TTLMs: 500},
+				{I: 1, Process: 0, Type: history.OK, Token: 1, T: 5}}}
+	}
+	return &reports.Run{Outcomes: []*scenarios.Outcome{
+		out("fenced-lock/baseline", "prim", "redis-8.0", scenarios.Pass, prop("fenced-resource", scenarios.Pass, "ok")),
+		out("fenced-lock/baseline", "redislock", "redis-8.0", scenarios.Pass, prop("fenced-resource", scenarios.Pass, "ok"),
+			prop("token-order", scenarios.NA, "nothing to check: redislock hands out no fencing tokens")),
+		out("fenced-lock/pause-client", "prim", "redis-8.0", scenarios.Pass, prop("fenced-resource", scenarios.Pass, "ok")),
+		out("fenced-lock/pause-client", "prim", "valkey-8.1", scenarios.Hazard, prop("fenced-resource", scenarios.Hazard, "hazard shown")),
+		out("fenced-lock/pause-client", "redislock", "redis-8.0", scenarios.Fail, prop("fenced-resource", scenarios.Fail, "stale write accepted"),
+			prop("token-order", scenarios.NA, "nothing to check: redislock hands out no fencing tokens")),
+		out("fenced-lock/pause-client", "mutant-resource-ignores-tokens", "redis-8.0", scenarios.Fail, prop("fenced-resource", scenarios.Fail, "stale write accepted")),
+	}}
+}
+
+// TestHTMLBadgeIsOverall: the badge is the verdict that sets the exit
+// status (prim's, beside peers and mutants), not the worst of the run, and
+// the page says the others are a comparison.
+func TestHTMLBadgeIsOverall(t *testing.T) {
+	for _, r := range []*reports.Run{besidePrimRun(), sample(), richSample(t), {Outcomes: besidePrimRun().Outcomes[4:]}} {
+		p := page(t, r)
+		want := r.Overall()
+		if !strings.Contains(p, fmt.Sprintf(`<span class="v %s" id="overall">%s</span>`, strings.ToLower(string(want)), want)) {
+			t.Errorf("badge is not Overall() %s: %s", want, between(p, "<h1>", "</h1>"))
+		}
+		if !strings.HasPrefix(between(p, "<title>", "</title>"), "<title>coordtorture "+string(want)) {
+			t.Errorf("title is not Overall() %s: %s", want, between(p, "<title>", "</title>"))
+		}
+		mixed := r.Overall() != r.Verdict()
+		if mixed != strings.Contains(p, "comparison — does not set the verdict") {
+			t.Errorf("overall %s, worst %s: the page says comparison: %v", r.Overall(), r.Verdict(), !mixed)
+		}
+	}
+	r := besidePrimRun()
+	if r.Overall() != scenarios.Hazard || r.Verdict() != scenarios.Fail {
+		t.Fatalf("comparisonRun: overall %s, worst %s", r.Overall(), r.Verdict())
+	}
+	p := page(t, r)
+	if why := between(p, `<p class="why" id="overall-why">`, "</p>"); !strings.Contains(why, "exit status (0)") || !strings.Contains(why, `their worst: <span class="v fail">FAIL</span>`) ||
+		!strings.Contains(why, "(redislock, mutant-resource-ignores-tokens) ran beside prim") {
+		t.Errorf("the page does not explain the badge: %s", why)
+	}
+	// The comparison's rows and sections are apart, after prim's, and labelled.
+	cmp := between(p, `<tbody class="cmp">`, "</tbody>")
+	if !strings.Contains(cmp, "comparison — does not set the verdict") || !strings.Contains(cmp, `id="row-s2"`) || strings.Contains(cmp, `id="row-s1"`) {
+		t.Errorf("the comparison's rows are not apart:\n%s", cmp)
+	}
+	prim, others := strings.Index(p, `<h2 class="group" id="under-test">`), strings.Index(p, `<h2 class="group cmp" id="comparison">`)
+	if prim < 0 || others < prim || section(p, "s2") == "" || strings.Index(p, section(p, "s2")) < others || strings.Index(p, section(p, "s4")) > others {
+		t.Error("prim's sections do not come first, then the comparison's, under their headings")
+	}
+	if !strings.Contains(section(p, "s5"), `<span class="cmp-tag">comparison</span>`) || strings.Contains(section(p, "s4"), `cmp-tag`) {
+		t.Error("a comparison section is not labelled as such (or prim's is)")
+	}
+}
+
+// TestHTMLGrid: the grid has a row per scenario, a column per
+// implementation (prim first, the comparison after, under its own header),
+// and each cell is the worst verdict of the pair, linking to its section.
+func TestHTMLGrid(t *testing.T) {
+	r := besidePrimRun()
+	p := page(t, r)
+	impls, cells := gridCells(t, p)
+	if want := []string{"prim", "redislock", "mutant-resource-ignores-tokens"}; !slices.Equal(impls, want) {
+		t.Errorf("grid columns %q, want %q", impls, want)
+	}
+	if !strings.Contains(p, `<th class="group cmp" colspan="2">comparison — does not set the verdict</th>`) {
+		t.Error("the grid does not head the comparison's columns as such")
+	}
+	want := map[string][2]string{
+		"fenced-lock/baseline [prim]":                               {"pass", "#s1"},
+		"fenced-lock/baseline [redislock]":                          {"pass cmp", "#s2"},
+		"fenced-lock/baseline [mutant-resource-ignores-tokens]":     {"none", ""},
+		"fenced-lock/pause-client [prim]":                           {"hazard", "#s4"}, // the worse of its two servers
+		"fenced-lock/pause-client [redislock]":                      {"fail cmp", "#s5"},
+		"fenced-lock/pause-client [mutant-resource-ignores-tokens]": {"fail cmp", "#s6"},
+	}
+	if !maps.Equal(cells, want) {
+		t.Errorf("grid cells:\n got %v\nwant %v", cells, want)
+	}
+	for k, c := range cells {
+		if id := strings.TrimPrefix(c[1], "#"); id != "" && section(p, id) == "" {
+			t.Errorf("grid cell %s links to %s, which is no section", k, c[1])
+		}
+	}
+	if !strings.Contains(between(p, `<table class="grid"`, "</table>"), "PASS <small>+1 N/A</small>") {
+		t.Error("the grid does not count the N/A property of redislock's baseline")
+	}
+	// The table of contents links every section.
+	toc := between(p, `<nav id="toc">`, "</nav>")
+	for i := range r.Outcomes {
+		if !strings.Contains(toc, fmt.Sprintf(`<a href="#s%d">`, i+1)) {
+			t.Errorf("the table of contents lacks s%d", i+1)
+		}
+	}
+	for _, a := range []string{`href="#verdicts"`, `href="#under-test"`, `href="#comparison"`} {
+		if !strings.Contains(toc, a) || !strings.Contains(p, `id="`+strings.TrimPrefix(strings.Trim(a, `"`), `href="#`)+`"`) {
+			t.Errorf("the table of contents lacks %s or its target", a)
+		}
+	}
+}
+
+// TestHTMLPassCollapsed: a run that passed has its section and its
+// properties collapsed; any other is open.
+func TestHTMLPassCollapsed(t *testing.T) {
+	r := besidePrimRun()
+	r.Outcomes = append(r.Outcomes, &scenarios.Outcome{Scenario: "fenced-lock/x", Impl: "prim", Build: "redis-8.0", Verdict: scenarios.Pass, Error: "the servers did not stop"})
+	p := page(t, r)
+	for i, o := range r.Outcomes {
+		id := fmt.Sprintf("s%d", i+1)
+		sec := section(p, id)
+		open := strings.Contains(sec, `<details class="run" open>`)
+		closed := strings.Contains(sec, `<details class="run">`)
+		wantOpen := o.Verdict != scenarios.Pass || o.Error != ""
+		if open == closed || open != wantOpen {
+			t.Errorf("%s [%s] %s: section open %v, closed %v", o.Scenario, o.Impl, o.Verdict, open, closed)
+		}
+		row := between(p, `<tr id="row-`+id+`"`, "</tr>")
+		if collapsed := strings.Contains(row, `<details class="props"><summary>`); collapsed == wantOpen {
+			t.Errorf("%s [%s] %s: properties collapsed %v", o.Scenario, o.Impl, o.Verdict, collapsed)
+		}
+	}
+}
+
+// TestHTMLNotApplicable: N/A is a state of its own (not UNKNOWN's colour)
+// with its reason in sight, also when the run's properties are collapsed.
+func TestHTMLNotApplicable(t *testing.T) {
+	p := page(t, besidePrimRun())
+	row := between(p, `<tr id="row-s2"`, "</tr>")
+	if !strings.Contains(row, `<li class="prop" data-checker="token-order"><span class="v na">N/A</span> <span class="checker">token-order</span> <span class="expect">(must hold)</span> <span class="summary">nothing to check: redislock hands out no fencing tokens</span>`) {
+		t.Errorf("the N/A property is not shown as N/A with its reason:\n%s", row)
+	}
+	if !strings.Contains(row, `<summary>1 property held, 1 N/A (token-order: nothing to check: redislock hands out no fencing tokens)</summary>`) {
+		t.Errorf("the collapsed properties do not show the N/A reason:\n%s", row)
+	}
+	css := between(p, "<style>", "</style>")
+	na := regexp.MustCompile(`\.v\.na \{([^}]*)\}`).FindStringSubmatch(css)
+	unk := regexp.MustCompile(`\.v\.unknown \{([^}]*)\}`).FindStringSubmatch(css)
+	if na == nil || unk == nil || na[1] == unk[1] || strings.Contains(na[1], "var(--unknown)") {
+		t.Errorf("N/A is not styled apart from UNKNOWN: na %q, unknown %q", na, unk)
+	}
+}
+
+// TestHTMLClientPauses: a holder that invokes nothing for long is drawn as
+// a pause on its lane (the part past its lease's end apart), a short gap is
+// not, and a fault whose event names a client is drawn on that client's lane.
+func TestHTMLClientPauses(t *testing.T) {
+	ms := func(n int64) int64 { return n * int64(time.Millisecond) }
+	var recs []history.Op
+	add := func(p int, typ history.Type, f string, at int64, mod func(*history.Op)) {
+		op := history.Op{Process: p, Type: typ, F: f, Key: "lock", T: at}
+		if mod != nil {
+			mod(&op)
+		}
+		recs = append(recs, op)
+	}
+	// proc 0: acquires at 100ms (500ms lease), pauses 750ms, writes at
+	// 851ms: its lease ended at 600ms, during the pause.
+	add(0, history.Invoke, history.FAcquire, ms(100), func(o *history.Op) { o.TTLMs = 500 })
+	add(0, history.OK, history.FAcquire, ms(101), func(o *history.Op) { o.Token = 1 })
+	// proc 1: acquires at 120ms, pauses 60ms, within its lease.
+	add(1, history.Invoke, history.FAcquire, ms(120), func(o *history.Op) { o.TTLMs = 500 })
+	add(1, history.OK, history.FAcquire, ms(121), func(o *history.Op) { o.Token = 2 })
+	add(1, history.Invoke, history.FWrite, ms(181), func(o *history.Op) { o.Key, o.Token = "resource", 2 })
+	add(1, history.OK, history.FWrite, ms(182), func(o *history.Op) { o.Key = "resource" })
+	// proc 2: acquires and writes 5ms later (a gap below a twentieth of
+	// the lease: no pause).
+	add(2, history.Invoke, history.FAcquire, ms(190), func(o *history.Op) { o.TTLMs = 500 })
+	add(2, history.OK, history.FAcquire, ms(191), func(o *history.Op) { o.Token = 3 })
+	add(2, history.Invoke, history.FWrite, ms(196), func(o *history.Op) { o.Key, o.Token = "resource", 3 })
+	add(2, history.OK, history.FWrite, ms(197), func(o *history.Op) { o.Key = "resource" })
+	add(0, history.Invoke, history.FWrite, ms(851), func(o *history.Op) { o.Key, o.Token = "resource", 1 })
+	add(0, history.OK, history.FWrite, ms(852), func(o *history.Op) { o.Key = "resource" })
+	add(3, history.Invoke, history.FAcquire, ms(900), func(o *history.Op) { o.TTLMs = 500 })
+	add(3, history.Fail, history.FAcquire, ms(901), nil)
+	sort.SliceStable(recs, func(i, j int) bool { return recs[i].T < recs[j].T })
+	for i := range recs {
+		recs[i].I = int64(i)
+	}
+	o := &scenarios.Outcome{Scenario: "fenced-lock/pause-client", Impl: "prim", Build: "redis-8.0", Verdict: scenarios.Pass,
+		Duration: time.Second, Records: recs, Events: []scenarios.EventLog{
+			{At: 300 * time.Millisecond, End: 301 * time.Millisecond, Name: "partition a client (c3 cut from n1)", Kind: models.NemesisFault},
+			{At: 700 * time.Millisecond, End: 701 * time.Millisecond, Name: "heal partition a client", Kind: models.NemesisHeal},
+		}}
+	p := page(t, &reports.Run{Outcomes: []*scenarios.Outcome{o}})
+	sec := section(p, "s1")
+	if strings.Contains(sec, `class="problem"`) {
+		t.Fatal(between(sec, `<p class="problem">`, "</p>"))
+	}
+	bar := regexp.MustCompile(`<rect class="(pause[^"]*)" x="([^"]+)" y="([^"]+)" width="([^"]+)"[^>]*><title>([^<]*)</title>`)
+	var got []string
+	for _, m := range bar.FindAllStringSubmatch(sec, -1) {
+		got = append(got, m[1]+" y="+m[3]+": "+html.UnescapeString(m[5]))
+		if m[1] == "pause expired" && m[2] != "803.2" { // x at 600ms of 1s: 100 + 0.6 × 1172
+			t.Errorf("the part of the pause past the lease starts at x %s, want 803.2 (600ms)", m[2])
+		}
+	}
+	want := []string{
+		// lanes are 16 high from y 34; a pause is 5 high, 3.5 below its lane's top.
+		`pause y=37.5: proc 0 paused 750.00ms holding "lock": nothing invoked from 101.00ms to 851.00ms (its write); its lease ended at 600.00ms, during the pause`,
+		`pause expired y=37.5: proc 0 paused 750.00ms holding "lock": nothing invoked from 101.00ms to 851.00ms (its write); its lease ended at 600.00ms, during the pause`,
+		`pause y=53.5: proc 1 paused 60.00ms holding "lock": nothing invoked from 121.00ms to 181.00ms (its write)`,
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("pauses:\n got %q\nwant %q", got, want)
+	}
+	if !strings.Contains(sec, "2 client pauses drawn (1 past the lease&#39;s end)") {
+		t.Errorf("the section does not say what the pauses are: %s", between(sec, `<p class="meta pauses">`, "</p>"))
+	}
+	// The partition of c3 is on proc 3's lane (y 34 + 3×16), from 300ms to 700ms.
+	cf := regexp.MustCompile(`<rect class="cfault" x="([^"]+)" y="([^"]+)" width="([^"]+)" height="16"><title>([^<]*)</title>`).FindAllStringSubmatch(sec, -1)
+	if len(cf) != 1 || cf[0][2] != "82" || !strings.Contains(html.UnescapeString(cf[0][4]), "proc 3's client c3: F1 at 300.00ms: partition a client (c3 cut from n1)") {
+		t.Errorf("the client's partition is not drawn on its lane: %q", cf)
 	}
 }

@@ -2,6 +2,8 @@ package reports
 
 import (
 	"fmt"
+	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -21,11 +23,19 @@ const (
 	tlBarH   = 10.0
 	tlStripH = 3.0
 	tlAxisH  = 26.0
+	// tlMinW is the least width of a shape: shapes have their true width
+	// (their stroke, which does not scale when zooming, keeps the shortest
+	// ones in sight), but an SVG rect of width 0 is not drawn at all.
+	tlMinW = 0.001
 )
 
 // timeline is the SVG of one scenario: a lane per process with its lock
-// holds (and its other operations as a thin strip), fault windows and
-// events, and the operations of every violation.
+// holds (and its other operations as a thin strip), its pauses and the
+// faults aimed at its client, fault windows and events, and the operations
+// of every violation. What moves when the page's script zooms the time axis
+// (every shape between Left and Right) is drawn in a nested SVG whose
+// viewBox the script changes; the labels and ticks outside it are placed
+// again by the script from their data-x.
 type timeline struct {
 	ID      string
 	W, H    float64
@@ -33,14 +43,36 @@ type timeline struct {
 	Right   float64
 	Top     float64
 	Bottom  float64
+	End     int64 // the time at Right, ns
 	Lanes   []tlLane
 	Ticks   []tlTick
 	Windows []tlShape
-	Markers []tlShape // X is the line's x; Y, H its extent
-	Bars    []tlShape
-	Marks   []tlMark
-	Legend  []tlLegend
-	Notes   []string
+	// LaneWindows are faults aimed at one client (a partition of its link),
+	// drawn on its process's lane.
+	LaneWindows []tlShape
+	Markers     []tlShape // X is the line's x; Y, H its extent
+	Bars        []tlShape
+	Marks       []tlMark
+	Labels      []tlLabel
+	Legend      []tlLegend
+	Notes       []string
+	Pauses      int    // client pauses drawn (among Bars)
+	PauseNote   string // what the pauses are
+}
+
+// PlotW is the width of the zoomable plot.
+func (t *timeline) PlotW() float64 { return t.Right - t.Left }
+
+// tlLabel is the label of a fault event or a violation above the plot. X is
+// the x of its line, where the script places it again when zooming; LX its
+// place unzoomed. Labels closer than 20 units to the previous one of their
+// row start Hidden.
+type tlLabel struct {
+	X, LX, Y float64
+	Class    string
+	Text     string
+	Ref      string // a violation's evidence element
+	Hidden   bool
 }
 
 type tlLane struct {
@@ -62,15 +94,13 @@ type tlShape struct {
 	LX, LY     float64
 }
 
-// tlMark is one evidence entry: a line and a label at its first operation,
-// and a box around each of its operations.
+// tlMark is one evidence entry: a line at its first operation (its label
+// is among the timeline's Labels), and a box around each of its operations.
 type tlMark struct {
 	Ref    string // the evidence element's id
 	Class  string
 	Title  string
-	Label  string
 	X      float64
-	LabelX float64
 	Top    float64
 	Bottom float64
 	Rects  []tlShape
@@ -87,12 +117,16 @@ type seg struct {
 	lane       int
 	group      int // bars merge only within a lane and a group
 	class      string
-	kind       byte   // 'h' hold, 'm' maybe held, 'o' other operation
+	kind       byte   // 'h' hold, 'm' maybe held, 'o' other operation, 'p' pause
 	key        string // the lock, for holds
 	start, end int64
 	n          int
 	op         *history.Operation // the acquisition, or the operation
-	reason     string             // why a hold ended
+	reason     string             // why a hold ended; what ended a pause
+	// pastLease is, for a pause the lease did not outlive, when the lease
+	// ended (0 otherwise).
+	pastLease int64
+	from, to  int64 // the whole pause, for a pause
 }
 
 // describe is the bar's tooltip.
@@ -105,6 +139,11 @@ func (s *seg) describe(proc int) string {
 			what = "acquisitions of unknown outcome of " + strconv.Quote(s.key)
 		case 'o':
 			what = s.op.F + " " + s.op.Type.String() + " operations"
+		case 'p':
+			what = "pauses holding " + strconv.Quote(s.key)
+			if s.class != "pause" {
+				what += " that outlasted the lease"
+			}
 		}
 		return fmt.Sprintf("proc %d: %d %s, %s – %s", proc, s.n, what, fmtNs(s.start), fmtNs(s.end))
 	case s.kind == 'h':
@@ -115,6 +154,13 @@ func (s *seg) describe(proc int) string {
 		d := fmt.Sprintf("proc %d holds %q%s: %s – %s (%s)", proc, s.key, tok, fmtNs(s.start), fmtNs(s.end), s.reason)
 		if s.end <= s.start && s.reason == "ttl end" {
 			d += ", empty: the lease expired before the acquisition returned"
+		}
+		return d
+	case s.kind == 'p':
+		d := fmt.Sprintf("proc %d paused %s holding %q: nothing invoked from %s to %s (its %s)",
+			proc, fmtNs(s.to-s.from), s.key, fmtNs(s.from), fmtNs(s.to), s.reason)
+		if s.pastLease > 0 {
+			d += fmt.Sprintf("; its lease ended at %s, during the pause", fmtNs(s.pastLease))
 		}
 		return d
 	case s.kind == 'm':
@@ -146,6 +192,7 @@ func buildTimeline(id string, o *scenarios.Outcome, h *history.History, budget i
 	if end <= 0 {
 		end = 1
 	}
+	tl.End = end
 	x := func(t int64) float64 {
 		if t < 0 {
 			t = 0
@@ -220,6 +267,21 @@ func buildTimeline(id string, o *scenarios.Outcome, h *history.History, budget i
 		tlLegend{Class: "fault", Label: "fault window"}, tlLegend{Class: "mark-key", Label: "fault event"},
 		tlLegend{Class: "ev-key", Label: "violation (click: evidence)"})
 
+	expired := 0
+	for i := range segs {
+		if segs[i].kind == 'p' {
+			tl.Pauses += segs[i].n // the part of a pause past the lease is not one more
+			if segs[i].class != "pause" {
+				expired++
+			}
+		}
+	}
+	if tl.Pauses > 0 {
+		tl.Legend = append(tl.Legend, tlLegend{Class: "pause", Label: "client pause (holding a lease, invoked nothing)"},
+			tlLegend{Class: "pause expired", Label: "pause past the lease's end"})
+		tl.PauseNote = fmt.Sprintf("%d client pause%s drawn (%d past the lease's end): a process that held a lease and invoked nothing for at least a twentieth of the lease, from its last completion to its next invocation (the history does not record pauses; these are its gaps).",
+			tl.Pauses, pluralS(tl.Pauses), expired)
+	}
 	sort.SliceStable(segs, func(i, j int) bool {
 		a, b := &segs[i], &segs[j]
 		if a.lane != b.lane {
@@ -260,27 +322,35 @@ func buildTimeline(id string, o *scenarios.Outcome, h *history.History, budget i
 		s := &drawn[i]
 		y := laneY(s.lane)
 		hgt := tlBarH
-		if s.kind == 'o' {
+		switch s.kind {
+		case 'o':
 			y += tlBarH + 2
 			hgt = tlStripH
-		} else {
+		case 'p':
+			y += 3.5
+			hgt = 5
+		default:
 			y++
 		}
 		x1, x2 := x(s.start), x(s.end)
-		tl.Bars = append(tl.Bars, tlShape{X: x1, Y: y, W: max(x2-x1, 0.8), H: hgt, Class: s.class, Title: s.describe(procs[s.lane])})
+		tl.Bars = append(tl.Bars, tlShape{X: x1, Y: y, W: max(x2-x1, tlMinW), H: hgt, Class: s.class, Title: s.describe(procs[s.lane])})
 	}
 
 	// Nemesis events: fault windows where a later event's name says it ends
-	// the fault, marker lines otherwise.
+	// the fault, marker lines otherwise. A fault whose name names clients
+	// ("c3 cut from n1") is also drawn on their lanes.
 	events, more := faultEvents(o.Events)
-	lastLabel := -1e9
-	label := func(x float64) bool {
+	var lastLabel float64
+	label := func(x, y float64, text, cls, ref string) {
+		l := tlLabel{X: x, LX: labelX(x), Y: y, Text: text, Class: cls, Ref: ref}
 		if x-lastLabel < 20 {
-			return false
+			l.Hidden = true
+		} else {
+			lastLabel = x
 		}
-		lastLabel = x
-		return true
+		tl.Labels = append(tl.Labels, l)
 	}
+	lastLabel = -1e9
 	var pevs []pageEvent
 	for _, f := range events {
 		pe := pageEvent{ID: f.id, At: fmtNs(f.at), Name: f.name, Err: f.err, Effect: f.effect}
@@ -308,21 +378,23 @@ func buildTimeline(id string, o *scenarios.Outcome, h *history.History, budget i
 		x1 := x(f.at)
 		if f.closed {
 			title += fmt.Sprintf(" – until %s (%s)", fmtNs(f.end), f.closedName)
-			s := tlShape{X: x1, Y: 4, W: max(x(f.end)-x1, 1), H: tl.Bottom - 4, Class: "fault" + cls, Title: title}
-			if label(x1) {
-				s.Label, s.LX, s.LY = f.id, labelX(x1), 13
+			tl.Windows = append(tl.Windows, tlShape{X: x1, Y: 4, W: max(x(f.end)-x1, tlMinW), H: tl.Bottom - 4, Class: "fault" + cls, Title: title})
+			for _, p := range clientsNamed(f.name) {
+				if l, ok := lane[p]; ok {
+					tl.LaneWindows = append(tl.LaneWindows, tlShape{X: x1, Y: laneY(l), W: max(x(f.end)-x1, tlMinW), H: tlLaneH,
+						Class: "cfault" + cls, Title: fmt.Sprintf("proc %d's client c%d: %s", p, p, title)})
+				}
 			}
-			tl.Windows = append(tl.Windows, s)
 		} else {
-			s := tlShape{X: x1, Y: 4, H: tl.Bottom - 4, Class: "mark" + cls, Title: title}
-			if label(x1) {
-				s.Label, s.LX, s.LY = f.id, labelX(x1), 13
-			}
-			tl.Markers = append(tl.Markers, s)
+			tl.Markers = append(tl.Markers, tlShape{X: x1, Y: 4, H: tl.Bottom - 4, Class: "mark" + cls, Title: title})
 		}
+		label(x1, 13, f.id, "flabel", "")
 	}
 	if more > 0 {
 		tl.Notes = append(tl.Notes, fmt.Sprintf("%d more nemesis events are neither drawn nor listed.", more))
+	}
+	if len(tl.LaneWindows) > 0 {
+		tl.Legend = append(tl.Legend, tlLegend{Class: "cfault", Label: "fault aimed at this client (its event names it)"})
 	}
 
 	// Violations.
@@ -340,8 +412,7 @@ func buildTimeline(id string, o *scenarios.Outcome, h *history.History, budget i
 			if len(e.Ops) == 0 {
 				continue
 			}
-			m := tlMark{Ref: fmt.Sprintf("%s-e%d", id, nev), Class: "ev-" + verdictClass(pr.Verdict),
-				Label: fmt.Sprintf("E%d", nev), Top: 18, Bottom: tl.Bottom}
+			m := tlMark{Ref: fmt.Sprintf("%s-e%d", id, nev), Class: "ev-" + verdictClass(pr.Verdict), Top: 18, Bottom: tl.Bottom}
 			first := history.Never
 			for j := range e.Ops {
 				op := &e.Ops[j]
@@ -360,13 +431,10 @@ func buildTimeline(id string, o *scenarios.Outcome, h *history.History, budget i
 					ret = end
 				}
 				x1, x2 := x(op.T), x(ret)
-				m.Rects = append(m.Rects, tlShape{X: x1 - 1, Y: laneY(l) - 0.5, W: max(x2-x1, 0.8) + 2, H: tlLaneH - 1, Title: op.String()})
+				m.Rects = append(m.Rects, tlShape{X: x1, Y: laneY(l) - 0.5, W: max(x2-x1, tlMinW), H: tlLaneH - 1, Title: op.String()})
 			}
 			m.X = x(first)
-			m.LabelX = labelX(m.X)
-			if !label(m.X) {
-				m.Label = ""
-			}
+			label(m.X, 27, fmt.Sprintf("E%d", nev), "evlabel "+m.Class, m.Ref)
 			msg := e.Msg
 			if e.Key != "" {
 				msg = fmt.Sprintf("key %q: %s", e.Key, msg)
@@ -376,6 +444,22 @@ func buildTimeline(id string, o *scenarios.Outcome, h *history.History, budget i
 		}
 	}
 	return tl, pevs, more
+}
+
+// clientRE finds the clients an event's name names: c0, c1, … (Peer).
+var clientRE = regexp.MustCompile(`\bc(\d+)\b`)
+
+// clientsNamed are the processes whose clients an event's name names, in
+// order, once each.
+func clientsNamed(name string) []int {
+	var out []int
+	for _, m := range clientRE.FindAllStringSubmatch(name, -1) {
+		p, err := strconv.Atoi(m[1])
+		if err == nil && !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // labelX places a label right of a line at x, or left of it at the right
@@ -390,8 +474,11 @@ func labelX(x float64) float64 {
 // holdSegments returns the bars of a history: for every ok acquisition the
 // holder's validity window [return, min(release invoked, invoke + ttl,
 // extended by renewals)), for every acquisition of unknown outcome
-// [invoke, invoke + ttl), and every other operation (not releases or
-// acquisitions that failed) from invoke to completion. It also returns the
+// [invoke, invoke + ttl), every other operation (not releases or
+// acquisitions that failed) from invoke to completion, and every client
+// pause: a process that holds a lease and invokes nothing for at least
+// pauseMin of it (from its last completion to its next invocation; "pause"
+// or, when the lease ended meanwhile, "pause expired"). It also returns the
 // lock names in order of first acquisition (bars are coloured by lock).
 func holdSegments(h *history.History, lane map[int]int, end int64) ([]seg, []string) {
 	type lid struct {
@@ -432,7 +519,12 @@ func holdSegments(h *history.History, lane map[int]int, end int64) ([]seg, []str
 	}
 	var segs []seg
 	open := map[lid]*hold{}
+	holding := map[int]*hold{} // a process's last open hold
+	lastRet := map[int]int64{} // a process's last completion
 	closeHold := func(hd *hold, at int64, why string) {
+		if holding[hd.op.Process] == hd {
+			delete(holding, hd.op.Process)
+		}
 		hd.reason = why
 		switch {
 		case hd.deadline <= at && hd.deadline <= end:
@@ -447,6 +539,29 @@ func holdSegments(h *history.History, lane map[int]int, end int64) ([]seg, []str
 		op := &h.Ops[i]
 		l, drawn := lane[op.Process]
 		id := lid{op.Process, op.Key, op.Field}
+		if hd := holding[op.Process]; hd != nil && drawn {
+			if last, ok := lastRet[op.Process]; ok && op.T-last >= pauseMin(hd.op.TTLMs) {
+				// One pause, in two bars when the lease ended during it.
+				p := seg{lane: l, group: group(groupKey{'p', hd.key, "pause"}), class: "pause", kind: 'p',
+					key: hd.key, start: last, end: op.T, n: 1, op: hd.op, reason: op.F, from: last, to: op.T}
+				if hd.deadline < op.T {
+					p.pastLease = hd.deadline
+					if hd.deadline > last {
+						within := p
+						within.end = hd.deadline
+						segs = append(segs, within)
+						p.start, p.n = hd.deadline, 0
+					}
+					p.class, p.group = "pause expired", group(groupKey{'p', hd.key, "pause expired"})
+				}
+				segs = append(segs, p)
+			}
+		}
+		if op.Done && op.Return != history.Never {
+			lastRet[op.Process] = op.Return
+		} else {
+			delete(lastRet, op.Process)
+		}
 		switch {
 		case acquires[op.F]:
 			if op.Type == history.Fail {
@@ -466,8 +581,9 @@ func holdSegments(h *history.History, lane map[int]int, end int64) ([]seg, []str
 			}
 			switch op.Type {
 			case history.OK:
-				open[id] = &hold{seg: seg{lane: l, group: group(groupKey{'h', name, ""}), class: holdClass[ki%8], kind: 'h',
+				hd := &hold{seg: seg{lane: l, group: group(groupKey{'h', name, ""}), class: holdClass[ki%8], kind: 'h',
 					key: name, start: op.Return, n: 1, op: op}, deadline: ttl}
+				open[id], holding[op.Process] = hd, hd
 			case history.Info:
 				if ttl == history.Never {
 					continue
@@ -506,6 +622,24 @@ func holdSegments(h *history.History, lane map[int]int, end int64) ([]seg, []str
 		closeHold(hd, history.Never, "never released")
 	}
 	return segs, keys
+}
+
+// pluralS is the plural ending "s" unless n is 1.
+func pluralS(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+// pauseMin is the shortest client pause drawn: a twentieth of the lease
+// (25ms of the default 500ms lease), at least 1ms; 10ms when the lease is
+// unknown.
+func pauseMin(ttlMs int64) int64 {
+	if ttlMs <= 0 {
+		return 10e6
+	}
+	return max(ttlMs*1e6/20, 1e6)
 }
 
 var (
