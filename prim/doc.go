@@ -160,7 +160,9 @@
 // # Uncertain outcomes
 //
 // A timeout, cancellation or disconnect after a command was sent leaves its
-// outcome unknown; such errors match [ErrUncertain]. An acquisition that ends
+// outcome unknown; such errors match [ErrUncertain]. A failure before anything
+// was sent is definite and does not: a refused or failed dial (the error wraps
+// the dialer's *net.OpError), a pool timeout, a closed client. An acquisition that ends
 // this way is never returned as acquired: its token may be a gap and its lease
 // expires after its duration. A reply that arrives after the whole lease
 // duration is not returned either (its lease is released owner-checked). A
