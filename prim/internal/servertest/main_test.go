@@ -1,11 +1,10 @@
-package prim_test
+package servertest_test
 
 import (
 	"context"
 	"flag"
 	"fmt"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -43,23 +42,6 @@ func TestMain(m *testing.M) {
 			}
 			serversMu.Unlock()
 		}()
-		// Examples run on the default build when the matrix has it (the lease
-		// example needs hash-field expiry), else on the first build.
-		build := testbed.Matrix()[0]
-		if slices.Contains(testbed.Matrix(), testbed.DefaultBuild) {
-			build = testbed.DefaultBuild
-		}
-		topo, err := server(build)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		c, err := topo.Client()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		exampleClient = c
 		return m.Run()
 	}()
 	os.Exit(code)
