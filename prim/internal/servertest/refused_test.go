@@ -72,9 +72,9 @@ func TestConnectionRefusedIsDefinite(t *testing.T) {
 	}
 }
 
-// A release whose connection is refused sent nothing: it fails definitely, and
-// the handle is not failed closed, so the release can be retried once the
-// server is reachable again (and then removes the lease).
+// A renewal or release whose connection is refused sent nothing: it fails
+// definitely, and the handle is not failed closed, so both can be retried once
+// the server is reachable again (and the release then removes the lease).
 func TestReleaseRefusedIsDefinite(t *testing.T) {
 	forEachBuild(t, func(t *testing.T, e *env) {
 		ctx := ctxT(t, time.Minute)
@@ -102,12 +102,21 @@ func TestReleaseRefusedIsDefinite(t *testing.T) {
 		}
 		refuse.Store(true)
 		time.Sleep(time.Second) // every pooled connection has outlived its lifetime
+		// The first renewal dials its dedicated connection.
+		ok, err := l.Renew(ctx, 30*time.Second)
+		definiteRefusal(t, "Renew", err)
+		if ok {
+			t.Fatal("a refused renewal reported renewed")
+		}
 		_, err = l.Release(ctx)
 		definiteRefusal(t, "Release", err)
 		if e.admin.Exists(ctx, lease).Val() != 1 {
 			t.Fatal("the lease is gone though the release was refused")
 		}
 		refuse.Store(false)
+		if ok, err := l.Renew(ctx, 30*time.Second); !ok || err != nil {
+			t.Fatalf("renewal once reachable again: %v, %v; want renewed (a refused renewal or release does not fail the handle closed)", ok, err)
+		}
 		r, err := l.Release(ctx)
 		if err != nil || r != prim.Released {
 			t.Fatalf("release once reachable again: %v, %v; want Released", r, err)
