@@ -160,9 +160,7 @@
 // # Uncertain outcomes
 //
 // A timeout, cancellation or disconnect after a command was sent leaves its
-// outcome unknown; such errors match [ErrUncertain]. A failure before anything
-// was sent is definite and does not: a refused or failed dial (the error wraps
-// the dialer's *net.OpError), a pool timeout, a closed client. An acquisition that ends
+// outcome unknown; such errors match [ErrUncertain]. An acquisition that ends
 // this way is never returned as acquired: its token may be a gap and its lease
 // expires after its duration. A reply that arrives after the whole lease
 // duration is not returned either (its lease is released owner-checked). A
@@ -170,6 +168,12 @@
 // returns false from then on, and in the background the dedicated connection
 // it ran on is fenced with CLIENT KILL from another connection (so the renewal
 // cannot still execute later), and the lease is released owner-checked.
+//
+// A failure before anything was sent is definite and does not match
+// [ErrUncertain]: a refused or failed dial (the error wraps the dialer's
+// *net.OpError, e.g. a client pointed at a closed port), a pool timeout, a
+// closed client. The handle, if any, stays as it was: a refused Renew or
+// Release can be called again.
 //
 // The fence names the connection by id, its address and the server's address
 // on it (CLIENT KILL ID n ADDR a LADDR l, from CLIENT INFO), so after a restart
