@@ -56,7 +56,9 @@ func (l *Lease) Field() string { return l.field }
 // TryAcquireLease acquires the named lease field in hashKey at once, or returns
 // ErrNotAcquired. It needs hash-field expiration (Redis 7.4+, Valkey 9.0+); on an
 // older server it fails before writing with ErrFeatureUnsupported. A hash key
-// with a key-level expiry is refused before writing (ErrHashKeyExpiring).
+// with a key-level expiry is refused before writing (ErrHashKeyExpiring). An
+// empty hash key (ErrEmptyKey), an empty field (ErrEmptyField) or a bad ttl
+// (ErrInvalidTTL) fails before anything is sent.
 //
 // The acquisition runs on a dedicated connection. If its outcome is uncertain
 // it is never replayed: the connection is fenced with CLIENT KILL ID, the field
