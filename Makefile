@@ -21,11 +21,18 @@ servers: ## fetch the pinned Redis/Valkey builds and headless chromium (for the 
 	@scripts/fetch-servers.sh
 	@scripts/fetch-chromium.sh
 
+# The repository's Go modules: the harness, prim (a module of its own, so a
+# service importing it gets none of the harness's dependencies), and prim's tests
+# against the testbed. `go test ./...` does not enter a nested module: each
+# target below runs in every one (all of them, then the first failure's status).
+MODULES := . prim prim/internal/servertest
+in_modules = rc=0; for m in $(MODULES); do echo "== module $$m"; (cd $$m && $(1)) || rc=1; done; exit $$rc
+
 test: servers lint ## the full test suite, on every server build of the matrix
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	@$(call in_modules,$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...)
 
 test-short: servers ## quick run on the default build only
-	COORDTORTURE_SERVERS=redis-8.0 $(GO) test -count=1 -timeout 10m ./...
+	@$(call in_modules,COORDTORTURE_SERVERS=redis-8.0 $(GO) test -count=1 -timeout 10m ./...)
 
 STATICCHECK_VERSION ?= v0.8.2
 STATICCHECK := $(SERVERS_DIR)/bin/staticcheck
@@ -36,10 +43,10 @@ $(STATICCHECK):
 lint: vet $(STATICCHECK) ## gofmt, go vet and staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
-	$(STATICCHECK) ./...
+	@$(call in_modules,$(abspath $(STATICCHECK)) ./...)
 
 vet:
-	$(GO) vet ./...
+	@$(call in_modules,$(GO) vet ./...)
 
 torture: servers ## the default suite: every scenario, prim and the peer libraries, on local servers (report in runs/latest)
 	$(GO) run ./cmd/coordtorture run --impl $(TORTURE_IMPL) --duration $(TORTURE_DURATION) --out $(TORTURE_OUT) $(SCENARIOS)
@@ -48,7 +55,7 @@ torture-long: servers ## the suite on every fetched build, TORTURE_LONG_DURATION
 	$(GO) run ./cmd/coordtorture matrix --impl $(TORTURE_IMPL) --duration $(TORTURE_LONG_DURATION) --out runs/long $(SCENARIOS)
 
 bench: servers ## benchmarks (prim beside its peers on the default build)
-	COORDTORTURE_SERVERS=redis-8.0 $(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./...
+	@$(call in_modules,COORDTORTURE_SERVERS=redis-8.0 $(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./...)
 
 server-cost: servers ## instructions per call each lock command costs the server (callgrind; needs valgrind; BUILD=valkey-9.1 for another build)
 	@scripts/server-cost.sh $(BUILD)

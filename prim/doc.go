@@ -169,6 +169,12 @@
 // it ran on is fenced with CLIENT KILL from another connection (so the renewal
 // cannot still execute later), and the lease is released owner-checked.
 //
+// A failure before anything was sent is definite and does not match
+// [ErrUncertain]: a refused or failed dial (the error wraps the dialer's
+// *net.OpError, e.g. a client pointed at a closed port), a pool timeout, a
+// closed client. The handle, if any, stays as it was: a refused Renew or
+// Release can be called again.
+//
 // The fence names the connection by id, its address and the server's address
 // on it (CLIENT KILL ID n ADDR a LADDR l, from CLIENT INFO), so after a restart
 // or failover, when ids restart, it cannot kill an unrelated connection; and it

@@ -15,7 +15,10 @@ var ErrInvalidArgument = errors.New("prim: invalid argument")
 
 // The input errors; each matches ErrInvalidArgument with errors.Is as well.
 var (
-	ErrEmptyKey   = argError("empty key")
+	ErrEmptyKey = argError("empty key")
+	// ErrEmptyField: a named lease (TryAcquireLease, AcquireLease) needs a
+	// non-empty field of its hash.
+	ErrEmptyField = argError("empty field")
 	ErrSameKey    = argError("lease key and counter key are the same key")
 	ErrCrossSlot  = argError("keys hash to different Redis Cluster slots")
 	ErrInvalidTTL = argError("lease duration must be a whole number of milliseconds, at least 1ms")

@@ -13,7 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/coordtorture/coordtorture/testbed"
+	"github.com/coordtorture/coordtorture/prim/internal/localserver"
 )
 
 // The fence proven: a command whose bytes are still on their way when the
@@ -29,26 +29,21 @@ import (
 // The client has go-redis's default options (MaxRetries 3, ReadTimeout 3s,
 // ContextTimeoutEnabled false).
 func TestFenceStopsDelayedCommand(t *testing.T) {
-	for _, b := range testbed.Matrix() {
+	for _, b := range localserver.Matrix() {
 		t.Run(b, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			topo := testbed.Standalone(t, b)
 			hold := &byteHolder{}
-			uc, err := topo.Client(testbed.WithOptions(func(o *redis.UniversalOptions) {
-				dial := o.Dialer
+			uc, admin := standalone(t, b, func(o *redis.Options) {
+				var d net.Dialer
 				o.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
-					c, err := dial(ctx, network, addr)
+					c, err := d.DialContext(ctx, network, addr)
 					if err != nil {
 						return nil, err
 					}
 					return &holdConn{Conn: c, h: hold}, nil
 				}
-			}))
-			if err != nil {
-				t.Fatal(err)
-			}
-			admin := topo.Nodes()[0].Admin()
+			})
 			co := New(uc, WithCleanupTimeout(2*time.Second))
 			defer co.Close()
 

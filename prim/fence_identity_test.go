@@ -7,9 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/coordtorture/coordtorture/testbed"
+	"github.com/coordtorture/coordtorture/prim/internal/localserver"
 )
 
 // The fence names one connection by id, address and the server's address on
@@ -20,16 +18,11 @@ import (
 // held it. (The landed fence sent a bare CLIENT KILL ID n and counted a reply
 // of 0 as fenced: both cases below failed on it.)
 func TestFenceIdentity(t *testing.T) {
-	for _, b := range testbed.Matrix() {
+	for _, b := range localserver.Matrix() {
 		t.Run(b, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			topo := testbed.Standalone(t, b)
-			uc, err := topo.Client()
-			if err != nil {
-				t.Fatal(err)
-			}
-			c := uc.(*redis.Client)
+			c, admin := standalone(t, b, nil)
 			co := New(c, WithCleanupTimeout(2*time.Second))
 			defer co.Close()
 
@@ -72,7 +65,7 @@ func TestFenceIdentity(t *testing.T) {
 				if err := co.fence(ctx, fc); err != nil {
 					t.Fatal(err)
 				}
-				for _, line := range strings.Split(topo.Nodes()[0].Admin().ClientList(ctx).Val(), "\n") {
+				for _, line := range strings.Split(admin.ClientList(ctx).Val(), "\n") {
 					if id, _, _ := parseClientInfo(line); id == fc.id {
 						t.Fatalf("connection %d still on the server after its fence: %s", fc.id, line)
 					}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // ReleaseResult is the outcome of releasing a lease.
@@ -83,8 +85,21 @@ func (c *Coordinator) tryFenced(ctx context.Context, lk, ck string, ttl time.Dur
 	args := []any{owner, ttl.Milliseconds()}
 	sent := time.Now()
 	run := func(ctx context.Context) cmdResult {
-		v, err := evalScript(ctx, c.client, scriptFencedAcquire, true, []string{lk, ck}, args...).Result()
-		return cmdResult{v, err}
+		// The first attempt goes with resends off: if it fails to dial, nothing
+		// was sent and the failure is definite. go-redis's own resends would
+		// hide that, returning the last attempt's dial error even when an
+		// earlier attempt was written.
+		v, err := evalScript(ctx, c.client, scriptFencedAcquire, false, []string{lk, ck}, args...).Result()
+		if err == nil || errors.Is(err, redis.Nil) || dialFailed(err) {
+			return cmdResult{v: v, err: err}
+		}
+		// Anything else is sent again, as go-redis would have resent it (a lost
+		// reply, READONLY or LOADING during a failover, a pool timeout): the
+		// script recognises its own owner token, and go-redis's resends are on
+		// from here. A failed dial from here on may follow a written attempt,
+		// so it is uncertain.
+		v, err = evalScript(ctx, c.client, scriptFencedAcquire, true, []string{lk, ck}, args...).Result()
+		return cmdResult{v: v, err: err, resent: true}
 	}
 	late := func(r cmdResult) {
 		if r.err != nil {
@@ -95,7 +110,7 @@ func (c *Coordinator) tryFenced(ctx context.Context, lk, ck string, ttl time.Dur
 		}
 	}
 	r, cerr := bounded(ctx, run, late)
-	if cerr == nil && r.err != nil && uncertain(r.err) {
+	if cerr == nil && r.err != nil && (uncertain(r.err) || r.resent && uncertainAfterSend(r.err)) {
 		cerr = r.err
 	}
 	if cerr != nil {
@@ -138,8 +153,9 @@ func (c *Coordinator) tryFenced(ctx context.Context, lk, ck string, ttl time.Dur
 }
 
 type cmdResult struct {
-	v   any
-	err error
+	v      any
+	err    error
+	resent bool // sent a second time: a failed dial no longer proves nothing ran
 }
 
 // parseFenced reads the acquisition script's reply: the token, or
@@ -224,8 +240,12 @@ func parsePair(res []any) (int64, string, error) {
 // FencingToken is the token of this acquisition: positive, exact up to MaxInt64.
 func (l *FencedLock) FencingToken() int64 { return l.token }
 
-// LeaseKey is the physical (prefixed) lease key.
+// LeaseKey returns the lease key as stored on the server: the Coordinator's
+// prefix (see [Coordinator.WithPrefix]) followed by the key given to the
+// acquisition. Use it to inspect the key directly (redis-cli, another client
+// without the prefix).
 func (l *FencedLock) LeaseKey() string { return l.key }
 
-// CounterKey is the physical (prefixed) fencing-counter key.
+// CounterKey returns the fencing-counter key as stored on the server: the
+// Coordinator's prefix followed by the key given to the acquisition.
 func (l *FencedLock) CounterKey() string { return l.counter }

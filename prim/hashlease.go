@@ -44,16 +44,21 @@ type Lease struct {
 	field string
 }
 
-// HashKey is the physical (prefixed) hash key.
+// HashKey returns the hash key as stored on the server: the Coordinator's
+// prefix (see [Coordinator.WithPrefix]) followed by the key given to the
+// acquisition.
 func (l *Lease) HashKey() string { return l.key }
 
-// Field is the lease's field in the hash.
+// Field returns the lease's field in the hash, as given to the acquisition
+// (fields are never prefixed).
 func (l *Lease) Field() string { return l.field }
 
 // TryAcquireLease acquires the named lease field in hashKey at once, or returns
 // ErrNotAcquired. It needs hash-field expiration (Redis 7.4+, Valkey 9.0+); on an
 // older server it fails before writing with ErrFeatureUnsupported. A hash key
-// with a key-level expiry is refused before writing (ErrHashKeyExpiring).
+// with a key-level expiry is refused before writing (ErrHashKeyExpiring). An
+// empty hash key (ErrEmptyKey), an empty field (ErrEmptyField) or a bad ttl
+// (ErrInvalidTTL) fails before anything is sent.
 //
 // The acquisition runs on a dedicated connection. If its outcome is uncertain
 // it is never replayed: the connection is fenced with CLIENT KILL ID, the field
@@ -103,7 +108,7 @@ func (c *Coordinator) leaseArgs(hashKey, field string, ttl time.Duration) (strin
 		return "", invalid(ErrEmptyKey, "hash key must be non-empty")
 	}
 	if field == "" {
-		return "", invalid(ErrEmptyKey, "lease field must be non-empty")
+		return "", invalid(ErrEmptyField, "a named lease needs a non-empty field of its hash")
 	}
 	if err := validTTL(ttl); err != nil {
 		return "", err

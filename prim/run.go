@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -107,15 +108,36 @@ func bounded[T any](ctx context.Context, f func(context.Context) T, late func(T)
 	}
 }
 
-// uncertain reports whether err leaves the outcome of a sent command unknown:
-// anything but a reply from the server (a Redis error reply is definitive),
-// redis.Nil, or a failure to get a connection at all (nothing was sent).
+// uncertain reports whether err leaves the outcome of a command sent at most
+// once (resends off, or a dedicated connection) unknown: anything but a reply
+// from the server (a Redis error reply is definitive), redis.Nil, or a failure
+// to get a connection at all — pool timeout, closed client, refused or failed
+// dial — when nothing was sent.
+//
+// A command go-redis may resend must not use it: the error of its last attempt
+// may be a dial error after an earlier attempt was written (see tryFenced).
 func uncertain(err error) bool {
+	return !dialFailed(err) && uncertainAfterSend(err)
+}
+
+// uncertainAfterSend is uncertain for a command that may already have been
+// written: every error but a server reply, redis.Nil, a pool timeout or a
+// closed client (go-redis returns those only before writing) leaves the
+// outcome unknown, a failed dial of a later attempt included.
+func uncertainAfterSend(err error) bool {
 	if err == nil || errors.Is(err, redis.Nil) || errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrClosed) {
 		return false
 	}
 	var re redis.Error
 	return !errors.As(err, &re)
+}
+
+// dialFailed reports whether err is a failure to open a connection (connection
+// refused, no route, DNS, a dial timeout): go-redis returns the dialer's
+// *net.OpError with Op "dial", and for such an attempt nothing was written.
+func dialFailed(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // ---- the server's refusals ---------------------------------------------------

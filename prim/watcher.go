@@ -7,10 +7,11 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/coordtorture/coordtorture/prim/internal/knobs"
 )
 
 // Invalidation-driven waiting.
@@ -91,10 +92,6 @@ func (w *waiter) wake() {
 // keepAlive is how often the tracking connection is checked while waiters
 // exist, and how long a check may take.
 const keepAlive = time.Second
-
-// keepAliveEvery is the check's period: keepAlive, except in tests that need
-// the check out of the way.
-var keepAliveEvery atomic.Int64
 
 func newWatcher(c *Coordinator, node *redis.Client) *watcher {
 	w := &watcher{c: c, node: node, addr: node.Options().Addr, waiters: map[string]map[string][]*waiter{},
@@ -227,7 +224,7 @@ func (w *watcher) refuse(ctx context.Context, err error) {
 }
 
 func (w *watcher) keepAliveLoop(ctx context.Context) {
-	t := time.NewTicker(time.Duration(keepAliveEvery.Load()))
+	t := time.NewTicker(time.Duration(knobs.KeepAliveEvery.Load()))
 	defer t.Stop()
 	for {
 		select {
@@ -270,10 +267,6 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	}
 }
 
-// wakeEveryWaiter restores the landed behaviour, in which every waiter of a
-// key is woken by each invalidation (for benchmarks that compare the two).
-var wakeEveryWaiter atomic.Bool
-
 // register queues a waiter for key's group.
 func (w *watcher) register(key, group string) *waiter {
 	wt := &waiter{ch: make(chan struct{}, 1), key: key, group: group}
@@ -283,7 +276,7 @@ func (w *watcher) register(key, group string) *waiter {
 		g = map[string][]*waiter{}
 		w.waiters[key] = g
 	}
-	wt.head = len(g[group]) == 0 || wakeEveryWaiter.Load()
+	wt.head = len(g[group]) == 0 || knobs.WakeEveryWaiter.Load()
 	g[group] = append(g[group], wt)
 	w.nwait++
 	w.mu.Unlock()
@@ -536,7 +529,7 @@ func (c *Coordinator) releaseWatcher(w *watcher) {
 // way too, once its waiters have moved to the new owner's watcher.
 func (c *Coordinator) reapIfIdle(w *watcher) bool {
 	c.ws.mu.Lock()
-	if c.ws.closed || c.ws.byAddr[w.addr] != w || w.users > 0 || time.Since(w.idle) < time.Duration(watcherIdle.Load()) {
+	if c.ws.closed || c.ws.byAddr[w.addr] != w || w.users > 0 || time.Since(w.idle) < time.Duration(knobs.WatcherIdle.Load()) {
 		c.ws.mu.Unlock()
 		return false
 	}
@@ -571,10 +564,12 @@ func (c *Coordinator) Close() error {
 	return nil
 }
 
-// watcherIdle is how long a watcher nobody waits on keeps its connections.
-var watcherIdle atomic.Int64
-
+// How long a watcher nobody waits on keeps its connections, and the period of
+// the tracking-connection check: 30s and keepAlive, except in tests that need
+// them shorter or out of the way (knobs.WatcherIdle, knobs.KeepAliveEvery).
+// knobs.WakeEveryWaiter restores the landed wake-up, in which every waiter of a
+// key is woken by each invalidation (for benchmarks that compare the two).
 func init() {
-	watcherIdle.Store(int64(30 * time.Second))
-	keepAliveEvery.Store(int64(keepAlive))
+	knobs.WatcherIdle.Store(int64(30 * time.Second))
+	knobs.KeepAliveEvery.Store(int64(keepAlive))
 }

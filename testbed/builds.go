@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -85,8 +86,10 @@ func moduleRoot() (string, bool) {
 		return "", false
 	}
 	for {
+		// The harness's go.mod, not a nested module's (prim's names
+		// github.com/coordtorture/coordtorture/prim).
 		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil &&
-			strings.Contains(string(b), "module github.com/coordtorture/coordtorture") {
+			slices.Contains(strings.Split(string(b), "\n"), "module github.com/coordtorture/coordtorture") {
 			return dir, true
 		}
 		parent := filepath.Dir(dir)

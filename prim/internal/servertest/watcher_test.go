@@ -1,4 +1,4 @@
-package prim_test
+package servertest_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/coordtorture/coordtorture/prim"
+	"github.com/coordtorture/coordtorture/prim/internal/knobs"
 	"github.com/coordtorture/coordtorture/testbed"
 )
 
@@ -48,7 +49,7 @@ func trackingConns(ctx context.Context, a *redis.Client) []string {
 // wakes everyone when the connection is dead) is pushed out of the way, so only
 // B's failed read can wake A.
 func TestWaitingTrackingReadFailureWakesAll(t *testing.T) {
-	defer prim.SetKeepAliveEveryForTest(time.Minute)()
+	defer knobs.SetKeepAliveEvery(time.Minute)()
 	forEachBuild(t, func(t *testing.T, e *env) {
 		ctx := ctxT(t, time.Minute)
 		c, _ := e.client(t)
@@ -363,7 +364,7 @@ func namedConns(ctx context.Context, e *env, name string, flag func(line string)
 // A watcher nobody waits on closes its connections after a while; waiting
 // again starts a new one.
 func TestWatchersCloseWhenIdle(t *testing.T) {
-	defer prim.SetWatcherIdleForTest(500 * time.Millisecond)()
+	defer knobs.SetWatcherIdle(500 * time.Millisecond)()
 	forEachBuild(t, func(t *testing.T, e *env) {
 		ctx := ctxT(t, time.Minute)
 		name := "idle-" + e.peer // the watchers' connections copy the client's options

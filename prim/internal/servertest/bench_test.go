@@ -1,4 +1,4 @@
-package prim_test
+package servertest_test
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package prim_test
+package servertest_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/coordtorture/coordtorture/prim"
+	"github.com/coordtorture/coordtorture/prim/internal/knobs"
 )
 
 // BenchmarkHerd: the cost of one hand-off of a contended waiting lock as the
@@ -50,7 +51,7 @@ func BenchmarkHerd(b *testing.B) {
 					fence := strings.Replace(lease, ":lease", ":fence", 1)
 					var lat *latencies
 					if layout == "one-process" {
-						restore := prim.SetWakeEveryWaiterForTest(mode == "wake-all")
+						restore := knobs.SetWakeEveryWaiter(mode == "wake-all")
 						defer restore()
 						c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: n + 8})
 						defer c.Close()
@@ -171,7 +172,7 @@ func runHerd(spec string) int {
 		fmt.Fprintln(os.Stderr, "herd:", err)
 		return 2
 	}
-	prim.SetWakeEveryWaiterForTest(mode == "wake-all")
+	knobs.SetWakeEveryWaiter(mode == "wake-all")
 	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: n + 8})
 	defer c.Close()
 	co := prim.New(c, prim.WithLogger(slog.New(slog.DiscardHandler)))

@@ -1,4 +1,4 @@
-package prim_test
+package servertest_test
 
 import (
 	"context"
@@ -114,10 +114,23 @@ func TestHashLeases(t *testing.T) {
 			if _, err := co.TryAcquireLease(ctx, e.k("str"), "w", time.Second); !errors.Is(err, prim.ErrWrongType) {
 				t.Fatalf("string key: %v, want ErrWrongType", err)
 			}
-			for _, bad := range [][2]string{{"", "f"}, {h, ""}} {
-				if _, err := co.TryAcquireLease(ctx, bad[0], bad[1], time.Second); !errors.Is(err, prim.ErrEmptyKey) {
-					t.Fatalf("empty %q/%q: %v", bad[0], bad[1], err)
+			if _, err := co.TryAcquireLease(ctx, "", "f", time.Second); !errors.Is(err, prim.ErrEmptyKey) || errors.Is(err, prim.ErrEmptyField) {
+				t.Fatalf("empty hash key: %v, want ErrEmptyKey", err)
+			}
+			// An empty field is an empty field, not an empty key, and writes nothing.
+			before = snapshot(ctx, e.admin, h)
+			for name, acquire := range map[string]func() error{
+				"TryAcquireLease": func() error { _, err := co.TryAcquireLease(ctx, h, "", time.Second); return err },
+				"AcquireLease":    func() error { _, err := co.AcquireLease(ctx, h, "", time.Second); return err },
+			} {
+				err := acquire()
+				if !errors.Is(err, prim.ErrEmptyField) || !errors.Is(err, prim.ErrInvalidArgument) ||
+					errors.Is(err, prim.ErrEmptyKey) || !strings.Contains(err.Error(), "empty field") {
+					t.Fatalf("%s with an empty field: %v; want ErrEmptyField (an invalid argument) saying \"empty field\"", name, err)
 				}
+			}
+			if after := snapshot(ctx, e.admin, h); after != before {
+				t.Fatalf("an empty field changed the hash:\n%s\n%s", before, after)
 			}
 			if _, err := co.TryAcquireLease(ctx, h, "f", 0); !errors.Is(err, prim.ErrInvalidTTL) {
 				t.Fatalf("zero ttl: %v", err)

@@ -1,4 +1,4 @@
-package prim_test
+package servertest_test
 
 import (
 	"context"
@@ -384,8 +384,27 @@ func TestPrefixes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if l.LeaseKey() != e.ns+"app:{x}:lease" {
-			t.Fatalf("lease key %q", l.LeaseKey())
+		// The accessors return the keys as stored on the server: prefixed.
+		if l.LeaseKey() != e.ns+"app:{x}:lease" || l.CounterKey() != e.ns+"app:{x}:fence" {
+			t.Fatalf("lease key %q, counter key %q; want the prefixed keys", l.LeaseKey(), l.CounterKey())
+		}
+		for _, k := range []string{l.LeaseKey(), l.CounterKey()} {
+			if e.admin.Exists(ctx, k).Val() != 1 {
+				t.Fatalf("%s, returned by an accessor, is not on the server", k)
+			}
+		}
+		if hasFieldExpiry(ctx, e.admin) {
+			hl, err := app.TryAcquireLease(ctx, "leases", "job", time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if hl.HashKey() != e.ns+"app:leases" || hl.Field() != "job" {
+				t.Fatalf("hash key %q, field %q; want the prefixed hash key and the field as given", hl.HashKey(), hl.Field())
+			}
+			if !e.admin.HExists(ctx, hl.HashKey(), hl.Field()).Val() {
+				t.Fatalf("%s/%s, returned by the accessors, is not on the server", hl.HashKey(), hl.Field())
+			}
+			hl.Close()
 		}
 		for _, k := range []string{e.ns + "app:{x}:lease", e.ns + "app:{x}:fence"} {
 			if e.admin.Exists(ctx, k).Val() != 1 {
