@@ -98,8 +98,9 @@ func (c *Coordinator) tryFenced(ctx context.Context, lk, ck string, ttl time.Dur
 		// script recognises its own owner token, and go-redis's resends are on
 		// from here. A failed dial from here on may follow a written attempt,
 		// so it is uncertain.
+		written := uncertainAfterSend(err)
 		v, err = evalScript(ctx, c.client, scriptFencedAcquire, true, []string{lk, ck}, args...).Result()
-		return cmdResult{v: v, err: err, resent: true}
+		return cmdResult{v: v, err: err, resent: true, written: written}
 	}
 	late := func(r cmdResult) {
 		if r.err != nil {
@@ -110,7 +111,7 @@ func (c *Coordinator) tryFenced(ctx context.Context, lk, ck string, ttl time.Dur
 		}
 	}
 	r, cerr := bounded(ctx, run, late)
-	if cerr == nil && r.err != nil && (uncertain(r.err) || r.resent && uncertainAfterSend(r.err)) {
+	if cerr == nil && r.outcomeUnknown() {
 		cerr = r.err
 	}
 	if cerr != nil {
@@ -153,9 +154,30 @@ func (c *Coordinator) tryFenced(ctx context.Context, lk, ck string, ttl time.Dur
 }
 
 type cmdResult struct {
-	v      any
-	err    error
-	resent bool // sent a second time: a failed dial no longer proves nothing ran
+	v       any
+	err     error
+	resent  bool // sent a second time: a failed dial no longer proves nothing ran
+	written bool // the first attempt may have run (it got no reply from the server)
+}
+
+// outcomeUnknown reports whether r's error leaves the acquisition's outcome
+// unknown. Sent once, that is uncertain's rule. Sent again after a first
+// attempt that may have run (a lost reply), no error of the resend tells
+// what the first one did — a READONLY or a pool timeout of the resend
+// included — so every error is uncertain. Sent again after the server
+// refused the first attempt (READONLY, LOADING during a failover), the
+// resend's error is judged as a command go-redis may have resent.
+func (r cmdResult) outcomeUnknown() bool {
+	switch {
+	case r.err == nil:
+		return false
+	case !r.resent:
+		return uncertain(r.err)
+	case r.written:
+		return true
+	default:
+		return uncertainAfterSend(r.err)
+	}
 }
 
 // parseFenced reads the acquisition script's reply: the token, or
