@@ -141,7 +141,7 @@ func WriteTerminalSummary(w io.Writer, r *Run) error { return writeSummary(w, r,
 
 func writeSummary(w io.Writer, r *Run, terminal bool) error {
 	if !terminal {
-		if err := writeTable(w, r); err != nil {
+		if err := writeTable(w, r, "below"); err != nil {
 			return err
 		}
 	}
@@ -194,7 +194,6 @@ func writeSummary(w io.Writer, r *Run, terminal bool) error {
 			if p.Verdict == scenarios.Pass {
 				continue
 			}
-			fmt.Fprintf(w, "\n%s %s [%s]%s %s (%s, seed %d): %s\n", p.Verdict, o.Scenario, o.Impl, role, p.Checker, p.Expect, o.Seed, Readable(p.Result.Summary))
 			ev := p.Result.Evidence
 			limit := len(ev)
 			if terminal {
@@ -204,6 +203,11 @@ func writeSummary(w io.Writer, r *Run, terminal bool) error {
 				}
 			}
 			shown := min(limit, len(ev))
+			sum := p.Result.Summary
+			if before, _, ok := strings.Cut(sum, "; first: "); ok && shown > 0 {
+				sum = before // the first entry follows
+			}
+			fmt.Fprintf(w, "\n%s %s [%s]%s %s (%s, seed %d): %s\n", p.Verdict, o.Scenario, o.Impl, role, p.Checker, p.Expect, o.Seed, Readable(sum))
 			for _, e := range ev[:shown] {
 				text := evidenceText(e, terminal)
 				fmt.Fprintf(w, "  %s\n", strings.ReplaceAll(text, "\n", "\n  "))
@@ -215,7 +219,7 @@ func writeSummary(w io.Writer, r *Run, terminal bool) error {
 	}
 	if terminal {
 		fmt.Fprintln(w)
-		if err := writeTable(w, r); err != nil {
+		if err := writeTable(w, r, "above"); err != nil {
 			return err
 		}
 	}
@@ -239,8 +243,14 @@ func moreText(res models.Result, shown int, terminal bool) string {
 		noun = "more " + pluralWord(more, "entry")
 	}
 	switch {
+	case terminal && shown == 0 && kept == total:
+		return "(its evidence is in summary.txt)"
+	case terminal && shown == 0:
+		return fmt.Sprintf("(summary.txt has the evidence of the first %d of the %d)", kept, total)
+	case terminal && kept > shown && kept == total:
+		return fmt.Sprintf("… %d %s (summary.txt lists them)", more, noun)
 	case terminal && kept > shown:
-		return fmt.Sprintf("… %d %s (summary.txt lists %d of the %d)", more, noun, kept, total)
+		return fmt.Sprintf("… %d %s (summary.txt lists the first %d of the %d)", more, noun, kept, total)
 	case terminal:
 		return fmt.Sprintf("… %d %s", more, noun)
 	}
@@ -250,7 +260,7 @@ func moreText(res models.Result, shown int, terminal bool) string {
 // writeTable writes the verdict table: one line per scenario run, with the
 // completed acquisitions and accepted writes per second (not the attempts:
 // a contended try-acquire is an operation too, counted in OPS).
-func writeTable(w io.Writer, r *Run) error {
+func writeTable(w io.Writer, r *Run, errorsWhere string) error {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SCENARIO\tIMPL\tSERVER\tVERDICT\tACQ/S\tWRITES/S\tOPS\tPROPERTIES")
 	for _, o := range r.Outcomes {
@@ -259,9 +269,9 @@ func writeTable(w io.Writer, r *Run) error {
 			ps = append(ps, fmt.Sprintf("%s=%s", p.Checker, p.Verdict))
 		}
 		if o.Error != "" {
-			ps = append(ps, "(the run went wrong: see above)")
+			ps = append(ps, "(the run went wrong: see "+errorsWhere+")")
 			if len(o.Results) == 0 {
-				ps[len(ps)-1] = "(could not run: see above)"
+				ps[len(ps)-1] = "(could not run: see " + errorsWhere + ")"
 			}
 		}
 		acq, writes := "-", "-"

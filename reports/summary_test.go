@@ -154,8 +154,9 @@ func TestSummaryReadable(t *testing.T) {
 	}
 	s := full.String()
 	for _, want := range []string{
-		"token-order (may show hazard, seed 3): 721 violations; first: windows overlap: [2.578s, 2.631s)",
-		"exclusion (may show hazard, seed 3): 1 violation; first",
+		"token-order (may show hazard, seed 3): 721 violations\n",
+		"FAIL fenced-lock/failover-forced [mutant-resource-ignores-tokens] (comparison) fenced-resource (may show hazard, seed 3): 2 violations\n",
+		"exclusion (may show hazard, seed 3): 1 violation\n",
 		"token-order evidence 19 at 1.000s",
 		"#0 proc 0 acquire key=\"k\" ok token=7 [3.034s – 3.035s]",
 		"… 701 more violations (the checker keeps the first 20 as evidence",
@@ -189,10 +190,10 @@ func TestSummaryReadable(t *testing.T) {
 		t.Fatal(err)
 	}
 	ts := term.String()
-	if strings.Count(ts, "token-order evidence") != reports.TerminalEvidence || !strings.Contains(ts, "… 719 more violations (summary.txt lists 20 of the 721)") {
+	if strings.Count(ts, "token-order evidence") != reports.TerminalEvidence || !strings.Contains(ts, "… 719 more violations (summary.txt lists the first 20 of the 721)") {
 		t.Errorf("terminal evidence not capped at %d with the count of the rest:\n%s", reports.TerminalEvidence, ts)
 	}
-	if strings.Contains(ts, "fenced-resource evidence") || !strings.Contains(ts, "FAIL fenced-lock/failover-forced [redislock] (comparison) fenced-resource") {
+	if strings.Contains(ts, "fenced-resource evidence") || !strings.Contains(ts, "FAIL fenced-lock/failover-forced [redislock] (comparison) fenced-resource (may show hazard, seed 3): 4 violations; first: windows overlap: [2.578s, 2.631s)\n  (its evidence is in summary.txt)\n") {
 		t.Errorf("terminal: a comparison's FAIL is one line, without evidence:\n%s", ts)
 	}
 	table, evidence := strings.Index(ts, "SCENARIO"), strings.LastIndex(ts, "evidence 1 at")
