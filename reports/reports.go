@@ -30,6 +30,10 @@ type Run struct {
 	Started  time.Time            `json:"started"`
 	Command  string               `json:"command"`
 	Outcomes []*scenarios.Outcome `json:"outcomes"`
+	// DecidedBy, when not nil, names the implementations whose verdicts
+	// decide the overall verdict, whatever ran: a replay keeps the rule of
+	// the run it replays. Nil: Deciding's rule.
+	DecidedBy []string `json:"-"`
 }
 
 // MarshalJSON writes the run with its overall verdict ("overall", the one
@@ -73,10 +77,13 @@ func (r *Run) Impls() []string {
 }
 
 // Deciding lists the implementations whose verdicts decide the overall
-// verdict: prim alone when prim ran beside others (--impl all: the peer
-// libraries and the mutants run for comparison), else every implementation
-// of the run.
+// verdict: DecidedBy when set, else prim alone when prim ran beside others
+// (--impl all: the peer libraries and the mutants run for comparison), else
+// every implementation of the run.
 func (r *Run) Deciding() []string {
+	if r.DecidedBy != nil {
+		return r.DecidedBy
+	}
 	impls := r.Impls()
 	if len(impls) > 1 && slices.Contains(impls, "prim") {
 		return []string{"prim"}

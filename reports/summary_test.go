@@ -130,6 +130,15 @@ func TestOverallIsPrimsBesidePeers(t *testing.T) {
 		t.Errorf("report.json read back: %v %v", back.Overall(), err)
 	}
 
+	// A replay keeps its run's rule: the peer's FAIL alone is still a
+	// comparison.
+	replay := comparisonRun()
+	replay.Outcomes = replay.Outcomes[1:2]
+	replay.DecidedBy = []string{"prim"}
+	if replay.Overall() != scenarios.Pass || len(replay.Comparison()) != 1 {
+		t.Errorf("replay of the peer's failure: overall %s, comparison %v", replay.Overall(), replay.Comparison())
+	}
+
 	// Without prim, every implementation decides.
 	r := comparisonRun()
 	r.Outcomes = r.Outcomes[1:]

@@ -384,6 +384,9 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 		clients  int
 	}
 	var jobs []job
+	// A replay keeps the rule of the run it replays: what was a comparison
+	// there (the peers and mutants beside prim) is one in the replay.
+	var decidedBy []string
 	seed := f.seed
 	if seed == 0 {
 		seed = time.Now().UnixNano() % 1_000_000_007
@@ -404,6 +407,7 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		skipped := 0
+		decidedBy = prev.Deciding()
 		for _, o := range prev.Outcomes {
 			if o.Verdict != scenarios.Fail && o.Verdict != scenarios.Unknown {
 				continue
@@ -540,7 +544,7 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	tty := isTerminal(stdout)
-	rep := &reports.Run{Started: time.Now(), Command: "coordtorture " + cmd + " " + strings.Join(args, " ")}
+	rep := &reports.Run{Started: time.Now(), Command: "coordtorture " + cmd + " " + strings.Join(args, " "), DecidedBy: decidedBy}
 	seedText := fmt.Sprintf("seed %d", seed)
 	if seed == 0 {
 		seedText = "each run's own seed"

@@ -260,4 +260,11 @@ func TestImplAllExitsOnPrim(t *testing.T) {
 		!strings.Contains(out.String(), "2 failures of the comparison's peers or mutants skipped") {
 		t.Errorf("replay: exit %d\n%s", code, out.String())
 	}
+	// replay --all re-runs the peers' failures, still as a comparison: the
+	// run's rule stands, and so does its exit status.
+	out.Reset()
+	if code := run([]string{"replay", "--all", "--out", filepath.Join(dir, "again"), dir}, &out, &errb); code != 0 ||
+		!strings.Contains(out.String(), "peers (comparison, do not set the verdict): redislock ") || !strings.Contains(out.String(), "seed 3, 3s, 8 clients") {
+		t.Errorf("replay --all: exit %d\n%s", code, out.String())
+	}
 }
