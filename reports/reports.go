@@ -34,6 +34,9 @@ type Run struct {
 	// decide the overall verdict, whatever ran: a replay keeps the rule of
 	// the run it replays. Nil: Deciding's rule.
 	DecidedBy []string `json:"-"`
+	// Interrupted reports a run cut short (SIGINT, SIGTERM): its overall
+	// verdict is UNKNOWN at best, since scenarios did not run.
+	Interrupted bool `json:"interrupted,omitempty"`
 }
 
 // MarshalJSON writes the run with its overall verdict ("overall", the one
@@ -109,9 +112,13 @@ func (r *Run) Decides(impl string) bool { return slices.Contains(r.Deciding(), i
 
 // Overall is the run's one verdict, the one every surface states and that
 // sets the exit status (Overall().ExitStatus()): the worst verdict of the
-// deciding implementations' outcomes (Deciding).
+// deciding implementations' outcomes (Deciding), UNKNOWN at best when the
+// run was interrupted.
 func (r *Run) Overall() scenarios.Verdict {
 	var vs []scenarios.Verdict
+	if r.Interrupted {
+		vs = append(vs, scenarios.Unknown)
+	}
 	for _, o := range r.Outcomes {
 		if r.Decides(o.Impl) {
 			vs = append(vs, o.Verdict)
@@ -373,6 +380,9 @@ func (r *Run) writeOverall(w io.Writer) {
 			parts[i] = impl + ": " + string(r.VerdictOf(impl))
 		}
 		from = strings.Join(parts, ", ") + "; "
+	}
+	if r.Interrupted {
+		from = "interrupted: not every scenario ran; " + from
 	}
 	fmt.Fprintf(w, "overall: %s (%sexit status %d)\n", v, from, v.ExitStatus())
 }

@@ -139,6 +139,17 @@ func TestOverallIsPrimsBesidePeers(t *testing.T) {
 		t.Errorf("replay of the peer's failure: overall %s, comparison %v", replay.Overall(), replay.Comparison())
 	}
 
+	// An interrupted run is UNKNOWN at best, and says so.
+	cut := comparisonRun()
+	cut.Interrupted = true
+	var cb bytes.Buffer
+	if err := reports.WriteSummary(&cb, cut); err != nil {
+		t.Fatal(err)
+	}
+	if cut.Overall() != scenarios.Unknown || !strings.HasSuffix(cb.String(), "\noverall: UNKNOWN (interrupted: not every scenario ran; prim's verdicts, exit status 2)\n") {
+		t.Errorf("interrupted run: %s\n%s", cut.Overall(), cb.String())
+	}
+
 	// Without prim, every implementation decides.
 	r := comparisonRun()
 	r.Outcomes = r.Outcomes[1:]

@@ -591,6 +591,7 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 			break
 		}
 	}
+	rep.Interrupted = ctx.Err() != nil
 	if err := reports.WriteDir(out, rep); err != nil {
 		fmt.Fprintf(stderr, "coordtorture: writing %s: %v\n", out, err)
 		return 2
@@ -600,13 +601,7 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 	reports.WriteTerminalSummary(stdout, rep)
 	// The one overall verdict (prim's beside peers and mutants) sets the
 	// exit status, as every surface of the report states it.
-	if code := rep.Overall().ExitStatus(); code != 0 {
-		return code
-	}
-	if errors.Is(ctx.Err(), context.Canceled) {
-		return 2
-	}
-	return 0
+	return rep.Overall().ExitStatus()
 }
 
 // plural is "1 failure", "2 failures".
