@@ -159,11 +159,24 @@ func writeSummary(w io.Writer, r *Run, terminal bool) error {
 			return err
 		}
 	}
+	// On a terminal, the comparison's uncertain outcomes and fault effects
+	// are left to summary.txt: with --impl all they would double the page.
+	hidden := 0
+	shown := func(o *scenarios.Outcome) bool {
+		if terminal && !r.Decides(o.Impl) {
+			hidden++
+			return false
+		}
+		return true
+	}
 	var unc []string
 	for _, o := range r.Outcomes {
-		if u := o.Uncertain; u.Info > 0 {
-			line := fmt.Sprintf("  %s [%s]: %s, %d of them %s", o.Scenario, o.Impl, plural(u.Info, "info operation"),
-				u.InfoAcquisitions, pluralWord(u.InfoAcquisitions, "acquisition"))
+		if u := o.Uncertain; u.Info > 0 && shown(o) {
+			acq := fmt.Sprintf("%d of them acquisitions", u.InfoAcquisitions)
+			if u.InfoAcquisitions == 1 {
+				acq = "1 of them an acquisition"
+			}
+			line := fmt.Sprintf("  %s [%s]: %s, %s", o.Scenario, o.Impl, plural(u.Info, "info operation"), acq)
 			if u.Executed >= 0 && u.InfoAcquisitions > 0 {
 				line += fmt.Sprintf(", %d of which took a token (executed)", u.Executed)
 			}
@@ -178,7 +191,7 @@ func writeSummary(w io.Writer, r *Run, terminal bool) error {
 	}
 	var hz []string
 	for _, o := range r.Outcomes {
-		if o.Hazard == "" {
+		if o.Hazard == "" || !shown(o) {
 			continue
 		}
 		line := fmt.Sprintf("  %s [%s]: hazard %s", o.Scenario, o.Impl, hazardWords[o.Hazard])
@@ -189,6 +202,9 @@ func writeSummary(w io.Writer, r *Run, terminal bool) error {
 	}
 	if len(hz) > 0 {
 		fmt.Fprintf(w, "\nfault effects (what the hazard scenarios' faults were seen to do):\n%s\n", strings.Join(hz, "\n"))
+	}
+	if hidden > 0 {
+		fmt.Fprintln(w, "\n(summary.txt also has the uncertain outcomes and fault effects of the comparison's runs)")
 	}
 	for _, o := range r.Outcomes {
 		decides := r.Decides(o.Impl)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -41,6 +42,7 @@ func comparisonRun() *reports.Run {
 				{I: 2, F: "acquire", Type: history.Invoke}, {I: 3, F: "acquire", Type: history.Fail},
 				{I: 4, F: "write", Type: history.Invoke}, {I: 5, F: "write", Type: history.OK}, {I: 6, F: "sample", Type: history.OK}}},
 		{Scenario: "fenced-lock/failover-forced", Impl: "redislock", Build: "redis-8.0", Seed: 3, Verdict: scenarios.Fail, Duration: 2 * time.Second,
+			Uncertain: models.Uncertainty{Info: 3, InfoAcquisitions: 1, Executed: -1, Observed: 0}, Hazard: "shown", Effects: []string{"at 2.6s: redislock's effect"},
 			Results: []scenarios.PropertyResult{prop("fenced-resource", scenarios.Fail, 4), prop("token-order", scenarios.NA, 0)}},
 		{Scenario: "fenced-lock/failover-forced", Impl: "mutant-resource-ignores-tokens", Build: "redis-8.0", Seed: 3, Verdict: scenarios.Fail,
 			Results: []scenarios.PropertyResult{prop("fenced-resource", scenarios.Fail, 2)}},
@@ -185,10 +187,13 @@ func TestSummaryReadable(t *testing.T) {
 			t.Errorf("summary.txt lacks %q:\n%s", want, s)
 		}
 	}
-	for _, bad := range []string{"(s)", "ns)", "ns,", "7 more", "… 1 more"} {
+	for _, bad := range []string{"(s)", "7 more", "… 1 more"} {
 		if strings.Contains(s, bad) {
 			t.Errorf("summary.txt has %q:\n%s", bad, s)
 		}
+	}
+	if ns := regexp.MustCompile(`\d+ns\b`).FindString(s); ns != "" {
+		t.Errorf("summary.txt has a time in ns, %q:\n%s", ns, s)
 	}
 	// The table: 1 acquisition and 1 write in 2s, not 3 operations (the
 	// refused attempt and the sample are not throughput).
@@ -200,6 +205,9 @@ func TestSummaryReadable(t *testing.T) {
 	}
 	if len(row) < 7 || strings.Join(row[3:7], " ") != "HAZARD 0.5 0.5 4" {
 		t.Errorf("table does not count completed acquisitions and writes per second:\n%s", s)
+	}
+	if !strings.Contains(s, "[redislock]: 3 info operations, 1 of them an acquisition, 0 seen holding") || !strings.Contains(s, "at 2.6s: redislock's effect") {
+		t.Errorf("summary.txt lacks the comparison's uncertain outcomes or effects:\n%s", s)
 	}
 	if strings.Index(s, "SCENARIO") > strings.Index(s, "HAZARD fenced-lock") {
 		t.Errorf("summary.txt: the table comes first")
@@ -215,6 +223,10 @@ func TestSummaryReadable(t *testing.T) {
 	}
 	if strings.Contains(ts, "fenced-resource evidence") || !strings.Contains(ts, "FAIL fenced-lock/failover-forced [redislock] (comparison) fenced-resource (may show hazard, seed 3): 4 violations; first: windows overlap: [2.578s, 2.631s)\n  (its evidence is in summary.txt)\n") {
 		t.Errorf("terminal: a comparison's FAIL is one line, without evidence:\n%s", ts)
+	}
+	if strings.Contains(ts, "3 info operations") || strings.Contains(ts, "redislock's effect") ||
+		!strings.Contains(ts, "(summary.txt also has the uncertain outcomes and fault effects of the comparison's runs)") {
+		t.Errorf("terminal: the comparison's uncertain outcomes and effects are left to summary.txt:\n%s", ts)
 	}
 	table, evidence := strings.Index(ts, "SCENARIO"), strings.LastIndex(ts, "evidence 1 at")
 	if table < evidence || !strings.HasSuffix(ts, "\noverall: HAZARD (prim's verdicts, exit status 0)\n") {

@@ -351,10 +351,6 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "coordtorture: --provider external needs --addr host:port[,host:port…]")
 			return 2
 		}
-		if cmd == "matrix" {
-			fmt.Fprintln(stderr, "coordtorture: matrix runs on local server builds; use run --provider external")
-			return 2
-		}
 		ext = &scenarios.External{Addrs: strings.Split(f.addr, ","), MasterName: f.masterName, Cluster: f.cluster,
 			Username: f.user, Password: os.Getenv("COORDTORTURE_PASSWORD"), TLS: f.tls}
 	default:
