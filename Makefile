@@ -6,11 +6,21 @@ SERVERS_DIR ?= $(CURDIR)/.servers
 TEST_TIMEOUT ?= 18m
 export COORDTORTURE_SERVERS_DIR := $(SERVERS_DIR)
 
-.PHONY: all servers test test-short lint vet fmt bench server-cost torture torture-long clean help
+.PHONY: all servers build test test-short lint vet fmt bench server-cost torture torture-long clean help
 TORTURE_DURATION ?= 5s
 TORTURE_IMPL ?= all
 TORTURE_LONG_DURATION ?= 1m
 TORTURE_OUT ?= runs/latest
+TORTURE_FLAGS ?=
+BIN ?= bin
+
+# GNU make exits 2 whenever a recipe fails, whatever its status: the torture
+# targets print coordtorture's own status (1: a must-hold property FAILed;
+# 2: UNKNOWN, or the run could not start) before make turns it into 2.
+# bin/coordtorture gives the documented status directly.
+define coordtorture-status
+status=$$?; if [ $$status -ne 0 ]; then echo "coordtorture exited $$status ($$([ $$status -eq 1 ] && echo 'FAIL: a must-hold property broke' || echo 'UNKNOWN, a usage error, or the run could not start')); make reports it as Error $$status and exits 2: run $(BIN)/coordtorture for its own exit status" >&2; fi; exit $$status
+endef
 
 all: test
 
@@ -48,11 +58,14 @@ lint: vet $(STATICCHECK) ## gofmt, go vet and staticcheck
 vet:
 	@$(call in_modules,$(GO) vet ./...)
 
-torture: servers ## the default suite: every scenario, prim and the peer libraries, on local servers (report in runs/latest)
-	$(GO) run ./cmd/coordtorture run --impl $(TORTURE_IMPL) --duration $(TORTURE_DURATION) --out $(TORTURE_OUT) $(SCENARIOS)
+build: ## build bin/coordtorture and bin/fencecheck (their exit status: 0 held, 1 FAIL, 2 UNKNOWN or usage error)
+	$(GO) build -o $(BIN)/ ./cmd/coordtorture ./cmd/fencecheck
 
-torture-long: servers ## the suite on every fetched build, TORTURE_LONG_DURATION (1m) a scenario: about 4 hours
-	$(GO) run ./cmd/coordtorture matrix --impl $(TORTURE_IMPL) --duration $(TORTURE_LONG_DURATION) --out runs/long $(SCENARIOS)
+torture: servers build ## the default suite: every scenario, prim and the peer libraries, on local servers (report in runs/latest)
+	@cmd='$(BIN)/coordtorture run --impl $(TORTURE_IMPL) --duration $(TORTURE_DURATION) --out $(TORTURE_OUT) $(TORTURE_FLAGS) $(SCENARIOS)'; echo "$$cmd"; set -f; $$cmd; $(coordtorture-status)
+
+torture-long: servers build ## the suite on every fetched build, TORTURE_LONG_DURATION (1m) a scenario: about 4 hours
+	@cmd='$(BIN)/coordtorture matrix --impl $(TORTURE_IMPL) --duration $(TORTURE_LONG_DURATION) --out runs/long $(TORTURE_FLAGS) $(SCENARIOS)'; echo "$$cmd"; set -f; $$cmd; $(coordtorture-status)
 
 bench: servers ## benchmarks (prim beside its peers on the default build)
 	@$(call in_modules,COORDTORTURE_SERVERS=redis-8.0 $(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./...)

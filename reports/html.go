@@ -204,9 +204,8 @@ func buildPage(r *Run) *page {
 	if p.Started != "" {
 		p.Title += " · " + p.Started
 	}
-	// Beside prim, the other implementations are a comparison: Overall
-	// counts prim's verdicts only.
-	compared := hasImpl(r, "prim") && !onlyImpl(r, "prim")
+	// The implementations that do not decide Overall (beside prim, the peers
+	// and mutants) are a comparison.
 	budget := MaxTimelineBars
 	if n := len(r.Outcomes); n > 0 && MaxPageBars/n < budget {
 		budget = max(300, MaxPageBars/n)
@@ -215,7 +214,7 @@ func buildPage(r *Run) *page {
 	compCount := map[scenarios.Verdict]int{}
 	for i, o := range r.Outcomes {
 		po := buildOutcome(i, o, budget)
-		po.Comparison = compared && o.Impl != "prim"
+		po.Comparison = !r.Decides(o.Impl)
 		p.Outcomes = append(p.Outcomes, po)
 		if po.Comparison {
 			p.Comparison = append(p.Comparison, po)
@@ -241,24 +240,6 @@ func ies(n int) string {
 		return "y"
 	}
 	return "ies"
-}
-
-func hasImpl(r *Run, impl string) bool {
-	for _, o := range r.Outcomes {
-		if o.Impl == impl {
-			return true
-		}
-	}
-	return false
-}
-
-func onlyImpl(r *Run, impl string) bool {
-	for _, o := range r.Outcomes {
-		if o.Impl != impl {
-			return false
-		}
-	}
-	return true
 }
 
 func counts(m map[scenarios.Verdict]int) []verdictCount {

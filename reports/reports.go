@@ -13,12 +13,15 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/coordtorture/coordtorture/history"
+	"github.com/coordtorture/coordtorture/models"
 	"github.com/coordtorture/coordtorture/scenarios"
 )
 
@@ -27,9 +30,30 @@ type Run struct {
 	Started  time.Time            `json:"started"`
 	Command  string               `json:"command"`
 	Outcomes []*scenarios.Outcome `json:"outcomes"`
+	// DecidedBy, when not nil, names the implementations whose verdicts
+	// decide the overall verdict, whatever ran: a replay keeps the rule of
+	// the run it replays. Nil: Deciding's rule.
+	DecidedBy []string `json:"-"`
+	// Interrupted reports a run cut short (SIGINT, SIGTERM): its overall
+	// verdict is UNKNOWN at best, since scenarios did not run.
+	Interrupted bool `json:"interrupted,omitempty"`
 }
 
-// Verdict is the worst verdict of the run.
+// MarshalJSON writes the run with its overall verdict ("overall", the one
+// that sets the exit status), the implementations whose verdicts decide it
+// ("overall_from") and those shown for comparison ("comparison").
+func (r *Run) MarshalJSON() ([]byte, error) {
+	type plain Run
+	return json.Marshal(struct {
+		*plain
+		Overall     scenarios.Verdict `json:"overall"`
+		OverallFrom []string          `json:"overall_from"`
+		Comparison  []string          `json:"comparison,omitempty"`
+	}{(*plain)(r), r.Overall(), r.Deciding(), r.Comparison()})
+}
+
+// Verdict is the worst verdict of every outcome of the run, the comparison
+// implementations' included; Overall is the run's verdict.
 func (r *Run) Verdict() scenarios.Verdict { return r.VerdictOf("") }
 
 // VerdictOf is the worst verdict of one implementation's outcomes ("": all).
@@ -43,36 +67,116 @@ func (r *Run) VerdictOf(impl string) scenarios.Verdict {
 	return scenarios.Worst(vs...)
 }
 
+// Impls lists the implementations of the run's outcomes, in order of first
+// appearance.
+func (r *Run) Impls() []string {
+	var impls []string
+	for _, o := range r.Outcomes {
+		if !slices.Contains(impls, o.Impl) {
+			impls = append(impls, o.Impl)
+		}
+	}
+	return impls
+}
+
+// Deciding lists the implementations whose verdicts decide the overall
+// verdict: DecidedBy when set, else prim alone when prim ran beside others
+// (--impl all: the peer libraries and the mutants run for comparison), else
+// every implementation of the run.
+func (r *Run) Deciding() []string {
+	if r.DecidedBy != nil {
+		return r.DecidedBy
+	}
+	impls := r.Impls()
+	if len(impls) > 1 && slices.Contains(impls, "prim") {
+		return []string{"prim"}
+	}
+	return impls
+}
+
+// Comparison lists the implementations shown beside prim for comparison,
+// whose verdicts do not set the overall verdict.
+func (r *Run) Comparison() []string {
+	d := r.Deciding()
+	var cmp []string
+	for _, impl := range r.Impls() {
+		if !slices.Contains(d, impl) {
+			cmp = append(cmp, impl)
+		}
+	}
+	return cmp
+}
+
+// Decides reports whether impl's verdicts count towards the overall verdict.
+func (r *Run) Decides(impl string) bool { return slices.Contains(r.Deciding(), impl) }
+
+// Overall is the run's one verdict, the one every surface states and that
+// sets the exit status (Overall().ExitStatus()): the worst verdict of the
+// deciding implementations' outcomes (Deciding), UNKNOWN at best when the
+// run was interrupted.
+func (r *Run) Overall() scenarios.Verdict {
+	var vs []scenarios.Verdict
+	if r.Interrupted {
+		vs = append(vs, scenarios.Unknown)
+	}
+	for _, o := range r.Outcomes {
+		if r.Decides(o.Impl) {
+			vs = append(vs, o.Verdict)
+		}
+	}
+	return scenarios.Worst(vs...)
+}
+
 // HistoryFile is the file name of an outcome's history inside a run directory.
 func HistoryFile(o *scenarios.Outcome) string {
 	return filepath.Join("histories", strings.ReplaceAll(o.Scenario, "/", "__")+"."+o.Impl+"."+o.Build+".jsonl")
 }
 
-// WriteSummary writes the verdict table.
-func WriteSummary(w io.Writer, r *Run) error {
-	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCENARIO\tIMPL\tSERVER\tOPS\tOPS/S\tVERDICT\tPROPERTIES")
-	for _, o := range r.Outcomes {
-		var ps []string
-		for _, p := range o.Results {
-			ps = append(ps, fmt.Sprintf("%s=%s", p.Checker, p.Verdict))
+// TerminalEvidence is how many evidence entries of a property the terminal
+// summary prints (the deciding implementations' only); summary.txt has all
+// the run kept.
+const TerminalEvidence = 2
+
+// terminalOps is how many operations of one evidence entry the terminal
+// summary prints.
+const terminalOps = 6
+
+// WriteSummary writes the full text summary, as summary.txt has it: the
+// verdict table, the uncertain outcomes, the faults' effects, every evidence
+// entry the checkers kept, and the overall verdict last.
+func WriteSummary(w io.Writer, r *Run) error { return writeSummary(w, r, false) }
+
+// WriteTerminalSummary writes the summary for a terminal: the same sections
+// with the evidence capped (TerminalEvidence entries a property for the
+// deciding implementations, the one-line verdict for the comparison ones)
+// and the verdict table and the overall verdict last, where a reader's eye
+// ends up; summary.txt has the full text.
+func WriteTerminalSummary(w io.Writer, r *Run) error { return writeSummary(w, r, true) }
+
+func writeSummary(w io.Writer, r *Run, terminal bool) error {
+	if !terminal {
+		if err := writeTable(w, r, "below"); err != nil {
+			return err
 		}
-		if o.Error != "" {
-			ps = append(ps, "error: "+o.Error)
-		}
-		rate := "-"
-		if o.Duration > 0 && o.Ops > 0 {
-			rate = fmt.Sprintf("%.0f", float64(o.Ops)/o.Duration.Seconds())
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", o.Scenario, o.Impl, o.Build, o.Ops, rate, o.Verdict, strings.Join(ps, " "))
 	}
-	if err := tw.Flush(); err != nil {
-		return err
+	// On a terminal, the comparison's uncertain outcomes and fault effects
+	// are left to summary.txt: with --impl all they would double the page.
+	hidden := 0
+	shown := func(o *scenarios.Outcome) bool {
+		if terminal && !r.Decides(o.Impl) {
+			hidden++
+			return false
+		}
+		return true
 	}
 	var unc []string
 	for _, o := range r.Outcomes {
-		if u := o.Uncertain; u.Info > 0 {
-			line := fmt.Sprintf("  %s [%s]: %d info operations, %d of them acquisitions", o.Scenario, o.Impl, u.Info, u.InfoAcquisitions)
+		if u := o.Uncertain; u.Info > 0 && shown(o) {
+			acq := fmt.Sprintf("%d of them acquisitions", u.InfoAcquisitions)
+			if u.InfoAcquisitions == 1 {
+				acq = "1 of them an acquisition"
+			}
+			line := fmt.Sprintf("  %s [%s]: %s, %s", o.Scenario, o.Impl, plural(u.Info, "info operation"), acq)
 			if u.Executed >= 0 && u.InfoAcquisitions > 0 {
 				line += fmt.Sprintf(", %d of which took a token (executed)", u.Executed)
 			}
@@ -87,35 +191,216 @@ func WriteSummary(w io.Writer, r *Run) error {
 	}
 	var hz []string
 	for _, o := range r.Outcomes {
-		if o.Hazard == "" {
+		if o.Hazard == "" || !shown(o) {
 			continue
 		}
 		line := fmt.Sprintf("  %s [%s]: hazard %s", o.Scenario, o.Impl, hazardWords[o.Hazard])
 		for _, ef := range o.Effects {
-			line += "\n    " + ef
+			line += "\n    " + Readable(ef)
 		}
 		hz = append(hz, line)
 	}
 	if len(hz) > 0 {
 		fmt.Fprintf(w, "\nfault effects (what the hazard scenarios' faults were seen to do):\n%s\n", strings.Join(hz, "\n"))
 	}
+	if hidden > 0 {
+		fmt.Fprintln(w, "\n(summary.txt also has the uncertain outcomes and fault effects of the comparison's runs)")
+	}
 	for _, o := range r.Outcomes {
+		decides := r.Decides(o.Impl)
+		role := ""
+		if !decides {
+			role = " (comparison)"
+		}
+		if o.Error != "" {
+			text := o.Error
+			if terminal {
+				text = firstLines(text, 8)
+			}
+			fmt.Fprintf(w, "\n%s %s [%s]%s (seed %d): the run went wrong:\n  %s\n", o.Verdict, o.Scenario, o.Impl, role, o.Seed,
+				strings.ReplaceAll(text, "\n", "\n  "))
+		}
 		for _, p := range o.Results {
 			if p.Verdict == scenarios.Pass {
 				continue
 			}
-			fmt.Fprintf(w, "\n%s %s [%s] %s (%s, seed %d): %s\n", p.Verdict, o.Scenario, o.Impl, p.Checker, p.Expect, o.Seed, p.Result.Summary)
-			for i, e := range p.Result.Evidence {
-				if i == 3 {
-					fmt.Fprintf(w, "  … %d more\n", len(p.Result.Evidence)-3)
-					break
+			ev := p.Result.Evidence
+			limit := len(ev)
+			if terminal {
+				limit = TerminalEvidence
+				if !decides {
+					limit = 0
 				}
-				fmt.Fprintf(w, "  %s\n", strings.ReplaceAll(e.String(), "\n", "\n  "))
+			}
+			shown := min(limit, len(ev))
+			sum := p.Result.Summary
+			if before, _, ok := strings.Cut(sum, "; first: "); ok && shown > 0 {
+				sum = before // the first entry follows
+			}
+			fmt.Fprintf(w, "\n%s %s [%s]%s %s (%s, seed %d): %s\n", p.Verdict, o.Scenario, o.Impl, role, p.Checker, p.Expect, o.Seed, Readable(sum))
+			for _, e := range ev[:shown] {
+				text := evidenceText(e, terminal)
+				fmt.Fprintf(w, "  %s\n", strings.ReplaceAll(text, "\n", "\n  "))
+			}
+			if more := moreText(p.Result, shown, terminal); more != "" {
+				fmt.Fprintf(w, "  %s\n", more)
 			}
 		}
 	}
-	fmt.Fprintf(w, "\noverall: %s%s\n", r.Verdict(), r.byImpl())
+	if terminal {
+		fmt.Fprintln(w)
+		if err := writeTable(w, r, "above"); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintln(w)
+	r.writeOverall(w)
 	return nil
+}
+
+// moreText counts what the summary did not print of a property's
+// evidence: every violation the checker found (Result.Violations), not only
+// the entries it kept.
+func moreText(res models.Result, shown int, terminal bool) string {
+	kept := len(res.Evidence)
+	total := max(res.Violations, kept)
+	more := total - shown
+	if more <= 0 {
+		return ""
+	}
+	noun := "more " + pluralWord(more, "violation")
+	if res.Violations == 0 {
+		noun = "more " + pluralWord(more, "entry")
+	}
+	switch {
+	case terminal && shown == 0 && kept == total:
+		return "(its evidence is in summary.txt)"
+	case terminal && shown == 0:
+		return fmt.Sprintf("(summary.txt has the evidence of the first %d of the %d)", kept, total)
+	case terminal && kept > shown && kept == total:
+		return fmt.Sprintf("… %d %s (summary.txt lists them)", more, noun)
+	case terminal && kept > shown:
+		return fmt.Sprintf("… %d %s (summary.txt lists the first %d of the %d)", more, noun, kept, total)
+	case terminal:
+		return fmt.Sprintf("… %d %s", more, noun)
+	}
+	return fmt.Sprintf("… %d %s (the checker keeps the first %d as evidence; fencecheck on the history finds them all)", more, noun, kept)
+}
+
+// writeTable writes the verdict table: one line per scenario run, with the
+// completed acquisitions and accepted writes per second (not the attempts:
+// a contended try-acquire is an operation too, counted in OPS).
+func writeTable(w io.Writer, r *Run, errorsWhere string) error {
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCENARIO\tIMPL\tSERVER\tVERDICT\tACQ/S\tWRITES/S\tOPS\tPROPERTIES")
+	for _, o := range r.Outcomes {
+		var ps []string
+		for _, p := range o.Results {
+			ps = append(ps, fmt.Sprintf("%s=%s", p.Checker, p.Verdict))
+		}
+		if o.Error != "" {
+			ps = append(ps, "(the run went wrong: see "+errorsWhere+")")
+			if len(o.Results) == 0 {
+				ps[len(ps)-1] = "(could not run: see " + errorsWhere + ")"
+			}
+		}
+		acq, writes := "-", "-"
+		if c := CountCompleted(o); c.Acquisitions+c.Writes > 0 && o.Duration > 0 {
+			acq, writes = rate(c.Acquisitions, o.Duration), rate(c.Writes, o.Duration)
+		}
+		impl := o.Impl
+		if !r.Decides(o.Impl) {
+			impl += "*"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", o.Scenario, impl, o.Build, o.Verdict, acq, writes, o.Ops, strings.Join(ps, " "))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	legend := "ACQ/S, WRITES/S: acquisitions that got the lock and writes the resource accepted, per second; OPS: every operation recorded, refused attempts included"
+	if len(r.Comparison()) > 0 {
+		legend += "\n*: shown for comparison; its verdicts do not set the overall verdict"
+	}
+	_, err := fmt.Fprintln(w, legend)
+	return err
+}
+
+func rate(n int, d time.Duration) string {
+	v := float64(n) / d.Seconds()
+	if v < 10 {
+		return fmt.Sprintf("%.1f", v)
+	}
+	return fmt.Sprintf("%.0f", v)
+}
+
+// Completed counts a run's completed operations by kind.
+type Completed struct {
+	// Acquisitions that returned the lock, lease or permit (ok).
+	Acquisitions int
+	// Writes the protected resource accepted (ok).
+	Writes int
+}
+
+// CountCompleted counts the completed acquisitions and accepted writes of
+// an outcome's history (zero when the outcome was read from report.json,
+// which does not carry the records).
+func CountCompleted(o *scenarios.Outcome) Completed {
+	var c Completed
+	for i := range o.Records {
+		op := &o.Records[i]
+		if op.Type != history.OK {
+			continue
+		}
+		switch {
+		case op.F == history.FWrite:
+			c.Writes++
+		case strings.HasPrefix(op.F, "acquire") || strings.HasPrefix(op.F, "sem_acquire"):
+			c.Acquisitions++
+		}
+	}
+	return c
+}
+
+// String is "22 acquisitions, 18 writes".
+func (c Completed) String() string {
+	return plural(c.Acquisitions, "acquisition") + ", " + plural(c.Writes, "write")
+}
+
+// writeOverall writes the run's overall verdict last, with the
+// implementations shown for comparison on a line of their own.
+func (r *Run) writeOverall(w io.Writer) {
+	var peers, mutants []string
+	for _, impl := range r.Comparison() {
+		part := impl + " " + string(r.VerdictOf(impl))
+		if strings.HasPrefix(impl, "mutant-") {
+			mutants = append(mutants, part)
+		} else {
+			peers = append(peers, part)
+		}
+	}
+	if len(peers) > 0 {
+		fmt.Fprintf(w, "peers (comparison, do not set the verdict): %s\n", strings.Join(peers, ", "))
+	}
+	if len(mutants) > 0 {
+		fmt.Fprintf(w, "mutants (comparison, deliberately broken for the checkers to catch; do not set the verdict): %s\n", strings.Join(mutants, ", "))
+	}
+	v := r.Overall()
+	d := r.Deciding()
+	from := ""
+	switch {
+	case len(r.Comparison()) > 0:
+		from = strings.Join(d, ", ") + "'s verdicts, "
+	case len(d) > 1:
+		parts := make([]string, len(d))
+		for i, impl := range d {
+			parts[i] = impl + ": " + string(r.VerdictOf(impl))
+		}
+		from = strings.Join(parts, ", ") + "; "
+	}
+	if r.Interrupted {
+		from = "interrupted: not every scenario ran; " + from
+	}
+	fmt.Fprintf(w, "overall: %s (%sexit status %d)\n", v, from, v.ExitStatus())
 }
 
 // hazardWords explain Outcome.Hazard.
@@ -126,28 +411,104 @@ var hazardWords = map[string]string{
 	"no effect": "not shown: no fault was seen to have the effect the hazard needs (a hazard-kind violation would be FAIL)",
 }
 
-// byImpl is " (prim: HAZARD, redislock: FAIL)" when the run has several
-// implementations, so a reader sees whose verdict the overall one is; "" else.
-func (r *Run) byImpl() string {
-	var impls []string
-	for _, o := range r.Outcomes {
-		if !slices.Contains(impls, o.Impl) {
-			impls = append(impls, o.Impl)
+func firstLines(s string, n int) string {
+	lines := strings.SplitN(s, "\n", n+1)
+	if len(lines) > n {
+		lines = append(lines[:n], "…")
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Seconds formats a history time (ns from the run's start) as the HTML
+// timeline's axis does: "3.034s".
+func Seconds(ns int64) string {
+	if ns == history.Never {
+		return "never"
+	}
+	return fmt.Sprintf("%.3fs", float64(ns)/1e9)
+}
+
+var (
+	// nsTime is a history time as the checkers write it ("2577644073ns").
+	nsTime = regexp.MustCompile(`\b(\d+)ns\b`)
+	// maybePlural is "3 violation(s)", "1 info acquisition(s)".
+	maybePlural = regexp.MustCompile(`\b(\d+)((?: [a-z][a-z-]*){0,2}?) ([a-z][a-z-]*)\(s\)`)
+)
+
+// Readable rewrites a checker's text for a person: its history times in
+// seconds from the run's start ("2.578s", not "2577644073ns") and its
+// "N thing(s)" with the plural the count takes.
+func Readable(s string) string {
+	s = nsTime.ReplaceAllStringFunc(s, func(m string) string {
+		n, err := strconv.ParseInt(strings.TrimSuffix(m, "ns"), 10, 64)
+		if err != nil {
+			return m
 		}
+		return Seconds(n)
+	})
+	return maybePlural.ReplaceAllStringFunc(s, func(m string) string {
+		g := maybePlural.FindStringSubmatch(m)
+		n, _ := strconv.Atoi(g[1])
+		return g[1] + g[2] + " " + pluralWord(n, g[3])
+	})
+}
+
+// EvidenceText is an evidence entry as the text surfaces print it: its
+// message, then one line per operation, times in seconds from the run's
+// start.
+func EvidenceText(e models.Evidence) string { return evidenceText(e, false) }
+
+func evidenceText(e models.Evidence, terminal bool) string {
+	var b strings.Builder
+	if e.Key != "" {
+		fmt.Fprintf(&b, "key %q: ", e.Key)
 	}
-	if len(impls) < 2 {
-		return ""
+	b.WriteString(Readable(e.Msg))
+	for k := range e.Ops {
+		if terminal && k == terminalOps {
+			fmt.Fprintf(&b, "\n    … %s more", plural(len(e.Ops)-k, "operation"))
+			break
+		}
+		b.WriteString("\n    ")
+		b.WriteString(OpText(&e.Ops[k]))
 	}
-	parts := make([]string, len(impls))
-	for i, impl := range impls {
-		parts[i] = impl + ": " + string(r.VerdictOf(impl))
+	return b.String()
+}
+
+// OpText is an operation as the text surfaces print it: as
+// history.Operation.String, its interval in seconds from the run's start
+// ("[2.577s – 2.578s]").
+func OpText(op *history.Operation) string {
+	s := op.String()
+	if i := strings.LastIndex(s, " ["); i >= 0 && strings.HasSuffix(s, "]") {
+		s = s[:i]
 	}
-	return " (" + strings.Join(parts, ", ") + ")"
+	if !op.Done {
+		return s + " [" + Seconds(op.T) + ", never completed]"
+	}
+	return s + " [" + Seconds(op.T) + " – " + Seconds(op.Return) + "]"
+}
+
+// plural is "1 violation", "2 violations".
+func plural(n int, word string) string { return strconv.Itoa(n) + " " + pluralWord(n, word) }
+
+func pluralWord(n int, word string) string {
+	switch {
+	case n == 1:
+		return word
+	case strings.HasSuffix(word, "y") && !strings.HasSuffix(word, "ey"):
+		return word[:len(word)-1] + "ies"
+	}
+	return word + "s"
 }
 
 type junitSuites struct {
-	XMLName xml.Name     `xml:"testsuites"`
-	Suites  []junitSuite `xml:"testsuite"`
+	XMLName  xml.Name     `xml:"testsuites"`
+	Name     string       `xml:"name,attr"`
+	Tests    int          `xml:"tests,attr"`
+	Failures int          `xml:"failures,attr"`
+	Skipped  int          `xml:"skipped,attr"`
+	Suites   []junitSuite `xml:"testsuite"`
 }
 
 type junitSuite struct {
@@ -174,21 +535,37 @@ type junitMessage struct {
 
 // WriteJUnit writes one test case per scenario × property: FAIL and UNKNOWN
 // are failures, HAZARD passes with its evidence in system-out, N/A is
-// skipped with its reason. A run that
-// went wrong (its Error) adds a failing case named "run".
+// skipped with its reason. A run that went wrong (its Error) adds a failing
+// case named "run". The implementations shown for comparison (Run.Comparison:
+// the peers and mutants beside prim) are suites named "… (comparison)" whose
+// cases never fail: their verdict and evidence are in system-out. So the
+// file has a failure exactly when the overall verdict, and the exit status,
+// is FAIL or UNKNOWN; the root's name states that verdict.
 func WriteJUnit(w io.Writer, r *Run) error {
-	var out junitSuites
+	out := junitSuites{Name: "coordtorture: overall " + string(r.Overall())}
 	for _, o := range r.Outcomes {
+		decides := r.Decides(o.Impl)
 		s := junitSuite{Name: fmt.Sprintf("%s [%s, %s]", o.Scenario, o.Impl, o.Build)}
+		if !decides {
+			s.Name += " (comparison: does not set the verdict)"
+		}
+		class := strings.ReplaceAll(o.Scenario, "/", ".")
 		for _, p := range o.Results {
-			c := junitCase{Name: p.Checker, ClassName: strings.ReplaceAll(o.Scenario, "/", "."), Time: p.Result.Elapsed.Seconds()}
+			c := junitCase{Name: p.Checker, ClassName: class, Time: p.Result.Elapsed.Seconds()}
 			var ev []string
 			for _, e := range p.Result.Evidence {
-				ev = append(ev, e.String())
+				ev = append(ev, EvidenceText(e))
 			}
-			msg := fmt.Sprintf("%s (%s): %s", p.Verdict, p.Expect, p.Result.Summary)
+			if more := moreText(p.Result, len(ev), false); more != "" {
+				ev = append(ev, more)
+			}
+			msg := fmt.Sprintf("%s (%s): %s", p.Verdict, p.Expect, Readable(p.Result.Summary))
 			switch p.Verdict {
 			case scenarios.Fail, scenarios.Unknown:
+				if !decides {
+					c.Out = msg + " [comparison: does not set the verdict]\n" + strings.Join(ev, "\n")
+					break
+				}
 				c.Failure = &junitMessage{Message: msg, Body: strings.Join(ev, "\n")}
 				s.Failures++
 			case scenarios.Hazard:
@@ -203,12 +580,21 @@ func WriteJUnit(w io.Writer, r *Run) error {
 		if o.Error != "" {
 			// The run itself went wrong (servers did not start, a fault did
 			// not happen): a failing case of its own, so CI shows it.
-			s.Cases = append(s.Cases, junitCase{Name: "run", ClassName: strings.ReplaceAll(o.Scenario, "/", "."),
-				Failure: &junitMessage{Message: string(o.Verdict) + ": " + strings.SplitN(o.Error, "\n", 2)[0], Body: o.Error}})
+			c := junitCase{Name: "run", ClassName: class}
+			msg := string(o.Verdict) + ": " + strings.SplitN(o.Error, "\n", 2)[0]
+			if decides {
+				c.Failure = &junitMessage{Message: msg, Body: o.Error}
+				s.Failures++
+			} else {
+				c.Out = msg + " [comparison: does not set the verdict]\n" + o.Error
+			}
+			s.Cases = append(s.Cases, c)
 			s.Tests++
-			s.Failures++
 		}
 		out.Suites = append(out.Suites, s)
+		out.Tests += s.Tests
+		out.Failures += s.Failures
+		out.Skipped += s.Skipped
 	}
 	if _, err := io.WriteString(w, xml.Header); err != nil {
 		return err

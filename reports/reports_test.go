@@ -47,10 +47,24 @@ func TestJUnitOneCasePerProperty(t *testing.T) {
 	if err := xml.Unmarshal(b.Bytes(), &doc); err != nil {
 		t.Fatalf("junit is not XML: %v\n%s", err, b.String())
 	}
-	if len(doc.Suites) != 2 || len(doc.Suites[1].Cases) != 2 || doc.Suites[1].Failures != 1 {
+	if len(doc.Suites) != 2 || len(doc.Suites[1].Cases) != 2 || doc.Suites[1].Failures != 0 {
 		t.Fatalf("unexpected junit shape: %+v", doc)
 	}
-	if doc.Suites[1].Cases[0].Failure == nil || doc.Suites[1].Cases[1].Failure != nil {
+	if doc.Suites[1].Cases[0].Failure != nil || doc.Suites[1].Cases[1].Failure != nil {
+		t.Fatal("a comparison's FAIL (a peer beside prim) must not be a junit failure, HAZARD never")
+	}
+	// The peer alone decides: its FAIL is a failure.
+	alone := sample()
+	alone.Outcomes = alone.Outcomes[1:]
+	b.Reset()
+	if err := reports.WriteJUnit(&b, alone); err != nil {
+		t.Fatal(err)
+	}
+	doc.Suites = nil
+	if err := xml.Unmarshal(b.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Suites) != 1 || doc.Suites[0].Failures != 1 || doc.Suites[0].Cases[0].Failure == nil || doc.Suites[0].Cases[1].Failure != nil {
 		t.Fatal("FAIL must be a junit failure and HAZARD must not")
 	}
 }
@@ -60,7 +74,7 @@ func TestSummaryAndDir(t *testing.T) {
 	if err := reports.WriteSummary(&b, sample()); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"fenced-lock/b", "FAIL fenced-lock/b [redislock] fenced-resource", "fenced-resource evidence", "overall: FAIL (prim: PASS, redislock: FAIL)"} {
+	for _, want := range []string{"fenced-lock/b", "FAIL fenced-lock/b [redislock] (comparison) fenced-resource", "fenced-resource evidence", "peers (comparison, do not set the verdict): redislock FAIL\noverall: PASS (prim's verdicts, exit status 0)\n"} {
 		if !strings.Contains(b.String(), want) {
 			t.Fatalf("summary lacks %q:\n%s", want, b.String())
 		}
@@ -72,7 +86,7 @@ func TestSummaryAndDir(t *testing.T) {
 	if err := reports.WriteSummary(&b, one); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasSuffix(b.String(), "\noverall: PASS\n") {
+	if !strings.HasSuffix(b.String(), "\noverall: PASS (exit status 0)\n") {
 		t.Fatalf("one implementation's summary ends:\n%s", b.String())
 	}
 	dir := t.TempDir()

@@ -10,8 +10,10 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -25,40 +27,85 @@ import (
 const usage = `coordtorture — torture Redis/Valkey coordination primitives with real faults.
 
 Usage:
-  coordtorture list                      scenarios, what they do, what must hold
-  coordtorture run [flags] [PATTERN…]    run scenarios (default: all); PATTERN is a name,
-                                         a family ("fenced-lock") or a glob ("*/pause-*")
+  coordtorture list [PATTERN…]           scenarios, what they do, what must hold
+  coordtorture run [flags] [PATTERN…]    run scenarios (default: all)
   coordtorture matrix [flags] [PATTERN…] run them on every fetched server build
-  coordtorture replay [flags] DIR        re-run, from their seeds, the scenarios of a run that
-                                         failed for prim (FAIL or UNKNOWN of impl prim); --all
-                                         also re-runs the peers' and mutants' failures
+  coordtorture replay [flags] DIR        re-run, from their seeds, the failures of the run in DIR
+  coordtorture COMMAND --help            a command's arguments and flags
+
+PATTERN is a scenario's name (fenced-lock/baseline), a family (fenced-lock), a
+fault (baseline) or a glob ('*/pause-*'); flags and patterns may come in any
+order, and a pattern that matches no scenario is an error.
 
 Each run writes DIR/summary.txt, report.json, junit.xml, index.html, prim.log (what
 the primitives logged) and histories/*.jsonl (check them again with fencecheck: each
 starts with a header of the run's expectations and options, so fencecheck reaches the
 run's verdicts).
-Exit status: 0 when every must-hold property held (HAZARD is a documented hazard
-observed, with evidence), 1 on FAIL, 2 on UNKNOWN or when the run could not start.
-With --impl all only prim's verdicts decide it: the peer libraries run beside it for
-comparison, and their FAILs (no fencing tokens) are expected findings.
-
+` + exitText + `
 Providers: "local" (default) starts the servers itself (make servers fetches them)
 and injects faults. "external" runs the fault-free workloads against a deployment
 you already have (--addr; the password is read from $COORDTORTURE_PASSWORD): keys
 carry a random "coordtorture:<run>:" prefix and are deleted afterwards.
+`
 
-Run flags:
+const exitText = `Exit status (the run's overall verdict, the one summary.txt, junit.xml and
+report.json state): 0 when every must-hold property held (HAZARD is a documented
+hazard observed, with evidence; N/A a property with nothing to check), 1 on FAIL,
+2 on UNKNOWN, on a usage error, or when the run could not start. With prim beside
+other implementations (--impl all) only prim's verdicts decide it: the peer
+libraries and the mutants run beside it for comparison, and their FAILs (no
+fencing tokens; deliberate bugs) are expected findings.
+`
+
+const runUsage = `Usage: coordtorture run [flags] [PATTERN…]
+
+Runs the scenarios the patterns select (default: all of them) with each
+implementation of --impl, on one server build, and writes a report directory
+(--out). PATTERN is a scenario's name (fenced-lock/baseline), a family
+(fenced-lock), a fault (baseline) or a glob ('*/pause-*'; quote it); flags and
+patterns may come in any order, and a pattern that matches no scenario is an
+error (coordtorture list shows them).
+
+` + exitText + `
+Flags:
+`
+
+const matrixUsage = `Usage: coordtorture matrix [flags] [PATTERN…]
+
+Runs the scenarios the patterns select (default: all of them) on every fetched
+server build (make servers fetches them), local servers only. PATTERN as for
+run; flags and patterns may come in any order.
+
+` + exitText + `
+Flags:
 `
 
 const replayUsage = `Usage: coordtorture replay [flags] DIR
 
 Re-runs, from their seeds, durations and client counts, the scenarios of the run
-in DIR (its report.json) that failed for prim: a FAIL or UNKNOWN verdict of impl
-prim. The peer libraries' and the mutants' failures are expected findings and are
-skipped unless --all is given. Nothing to replay exits 0.
+in DIR (its report.json) that set that run's verdict to FAIL or UNKNOWN: prim's
+when prim ran beside peers or mutants, which are shown for comparison and are
+skipped unless --all is given. It prints each seed it replays. Nothing to
+replay exits 0. report.json does not record --ttl and --hardened-client: give
+them again if the run had them.
 
+` + exitText + `
 Flags:
 `
+
+const listUsage = `Usage: coordtorture list [PATTERN…]
+
+Lists the scenarios the patterns select (default: all of them): their topology,
+the properties checked (each must hold, or may show the hazard the scenario is
+about) and what they do. PATTERN as for run. No flags.
+`
+
+// Flag groups: which command takes which flag.
+const (
+	forRun = 1 << iota
+	forMatrix
+	forReplay
+)
 
 type runFlags struct {
 	server, serverBin, provider, impl, out string
@@ -68,58 +115,188 @@ type runFlags struct {
 	hardened                               bool
 	clients                                int
 	seed                                   int64
+	replayAll                              bool
 }
 
-func (f *runFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.server, "server", testbed.DefaultBuild, "server build: "+strings.Join(testbed.KnownBuilds(), ", ")+" (make servers fetches them)")
-	fs.StringVar(&f.serverBin, "server-bin", "", "run this redis-server/valkey-server binary instead of a fetched build")
-	fs.StringVar(&f.provider, "provider", "local", "where servers run: local (processes on 127.0.0.1, with faults) or external (--addr)")
-	fs.StringVar(&f.addr, "addr", "", "external: host:port[,host:port…] of the deployment (several = cluster; sentinels with --master-name)")
-	fs.StringVar(&f.masterName, "master-name", "", "external: Sentinel master name (--addr lists the sentinels)")
-	fs.BoolVar(&f.cluster, "cluster", false, "external: --addr is a cluster (needed when it is a single address)")
-	fs.StringVar(&f.user, "user", "", "external: ACL user name (password from $COORDTORTURE_PASSWORD)")
-	fs.BoolVar(&f.tls, "tls", false, "external: connect with TLS")
-	fs.StringVar(&f.impl, "impl", "prim", "implementation(s) under test, comma-separated, or all (prim and the peers; each runs the scenarios that apply to it): prim, "+strings.Join(scenarios.Peers, ", ")+
+// register registers on fs the flags that apply to cmd (run, matrix or
+// replay), and only those.
+func (f *runFlags) register(fs *flag.FlagSet, cmd string) {
+	which := map[string]int{"run": forRun, "matrix": forMatrix, "replay": forReplay}[cmd]
+	all := forRun | forMatrix | forReplay
+	str := func(groups int, p *string, name, value, help string) {
+		if groups&which != 0 {
+			fs.StringVar(p, name, value, help)
+		} else {
+			*p = value
+		}
+	}
+	boolean := func(groups int, p *bool, name, help string) {
+		if groups&which != 0 {
+			fs.BoolVar(p, name, false, help)
+		}
+	}
+	dur := func(groups int, p *time.Duration, name string, value time.Duration, help string) {
+		*p = value
+		if groups&which != 0 {
+			fs.DurationVar(p, name, value, help)
+		}
+	}
+	str(forRun, &f.server, "server", testbed.DefaultBuild, "server build: "+strings.Join(testbed.KnownBuilds(), ", ")+" (make servers fetches them)")
+	str(forRun, &f.serverBin, "server-bin", "", "run this redis-server/valkey-server binary instead of a fetched build")
+	str(forRun|forReplay, &f.provider, "provider", "local", "where servers run: local (processes on 127.0.0.1, with faults) or external (--addr)")
+	str(forRun|forReplay, &f.addr, "addr", "", "external: host:port[,host:port…] of the deployment (several = cluster; sentinels with --master-name)")
+	str(forRun|forReplay, &f.masterName, "master-name", "", "external: Sentinel master name (--addr lists the sentinels)")
+	boolean(forRun|forReplay, &f.cluster, "cluster", "external: --addr is a cluster (needed when it is a single address)")
+	str(forRun|forReplay, &f.user, "user", "", "external: ACL user name (password from $COORDTORTURE_PASSWORD)")
+	boolean(forRun|forReplay, &f.tls, "tls", "external: connect with TLS")
+	str(forRun|forMatrix, &f.impl, "impl", "prim", "implementation(s) under test, comma-separated, or all (prim and the peers; each runs the scenarios that apply to it): prim, "+strings.Join(scenarios.Peers, ", ")+
 		", or a deliberately broken one the checkers must catch: "+strings.Join(scenarios.Mutants(), ", "))
-	fs.StringVar(&f.out, "out", "", "output directory (default runs/<time>)")
-	fs.DurationVar(&f.duration, "duration", 10*time.Second, "workload duration per scenario")
-	fs.DurationVar(&f.ttl, "ttl", 500*time.Millisecond, "lock lease duration")
-	fs.IntVar(&f.clients, "clients", 8, "concurrent client processes")
-	fs.BoolVar(&f.hardened, "hardened-client", false, "give the clients no retries (MaxRetries -1); by default they keep go-redis's defaults (MaxRetries 3), as a user's client has them")
-	fs.Int64Var(&f.seed, "seed", 0, "seed for the nemesis and workload (default: from the clock, printed)")
+	str(all, &f.out, "out", "", "output directory (default runs/<time>)")
+	dur(forRun|forMatrix, &f.duration, "duration", 10*time.Second, "workload duration per scenario")
+	dur(all, &f.ttl, "ttl", 500*time.Millisecond, "lock lease duration")
+	f.clients = 8
+	if which&(forRun|forMatrix) != 0 {
+		fs.IntVar(&f.clients, "clients", 8, "concurrent client processes (at least 1)")
+		fs.Int64Var(&f.seed, "seed", 0, "seed for the nemesis and workload (default: from the clock, printed)")
+	}
+	boolean(all, &f.hardened, "hardened-client", "give the clients no retries (MaxRetries -1); by default they keep go-redis's defaults (MaxRetries 3), as a user's client has them")
+	boolean(forReplay, &f.replayAll, "all", "replay every scenario that failed (FAIL or UNKNOWN), the comparison's peers' and mutants' too")
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
-		printFlags(stderr)
 		return 2
 	}
 	switch args[0] {
 	case "help", "-h", "--help", "-help":
 		fmt.Fprint(stdout, usage)
-		printFlags(stdout)
+		fmt.Fprint(stdout, "\nRun flags (coordtorture run --help):\n")
+		printFlags(stdout, "run")
 		return 0
 	case "list":
-		return list(stdout)
+		return list(args[1:], stdout, stderr)
 	case "run", "matrix", "replay":
 		return runCmd(args[0], args[1:], stdout, stderr)
 	}
-	fmt.Fprintf(stderr, "coordtorture: unknown command %q (see coordtorture help)\n", args[0])
+	fmt.Fprintf(stderr, "coordtorture: unknown command %q\n\n%s", args[0], usage)
 	return 2
 }
 
-func printFlags(w io.Writer) {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+func printFlags(w io.Writer, cmd string) {
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	fs.SetOutput(w)
-	(&runFlags{}).register(fs)
+	(&runFlags{}).register(fs, cmd)
 	fs.PrintDefaults()
 }
 
-func list(w io.Writer) int {
-	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCENARIO\tTOPOLOGY\tPROPERTIES\tDESCRIPTION")
+// parseArgs parses flags wherever they are among the positional arguments
+// (the flag package stops at the first positional one), and returns the
+// positional ones in order; "--" ends the flags. help reports -h/--help. A
+// parse error is returned for the caller to print once.
+func parseArgs(fs *flag.FlagSet, args []string) (pos []string, help bool, err error) {
+	fs.SetOutput(io.Discard) // the caller prints the error, once
+	fs.Usage = func() {}
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, true, nil
+			}
+			return nil, false, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, false, nil
+		}
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			return append(pos, rest...), false, nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// selectScenarios returns the scenarios the patterns match (all for none),
+// in list order; every pattern must match one.
+func selectScenarios(patterns []string) ([]*scenarios.Scenario, error) {
+	var bad []string
+	for _, p := range patterns {
+		if _, err := scenarios.Match([]string{p}); err != nil {
+			if strings.Contains(err.Error(), "bad pattern") {
+				return nil, err
+			}
+			bad = append(bad, p)
+		}
+	}
+	switch len(bad) {
+	case 0:
+		return scenarios.Match(patterns)
+	case 1:
+		return nil, fmt.Errorf("no scenario matches %q%s; coordtorture list shows them", bad[0], suggest(bad[0]))
+	}
+	q := make([]string, len(bad))
+	for i, b := range bad {
+		q[i] = strconv.Quote(b) + suggest(b)
+	}
+	return nil, fmt.Errorf("no scenario matches %s; coordtorture list shows them", strings.Join(q, ", "))
+}
+
+// suggest is ": did you mean X?" for the scenario name closest to a
+// misspelled pattern, "" when none is close.
+func suggest(p string) string {
+	best, dist := "", 4
 	for _, s := range scenarios.All() {
+		for _, name := range []string{s.Name, path.Dir(s.Name), path.Base(s.Name)} {
+			if d := editDistance(p, name); d < dist {
+				best, dist = name, d
+			}
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (did you mean %q?)", best)
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+func list(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("list", flag.ContinueOnError)
+	patterns, help, err := parseArgs(fs, args)
+	if help {
+		fmt.Fprint(stdout, listUsage)
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "coordtorture list: %v (see coordtorture list --help)\n", err)
+		return 2
+	}
+	ss, err := selectScenarios(patterns)
+	if err != nil {
+		fmt.Fprintln(stderr, "coordtorture list:", err)
+		return 2
+	}
+	tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCENARIO\tTOPOLOGY\tPROPERTIES\tDESCRIPTION")
+	for _, s := range ss {
 		var ps []string
 		for _, p := range s.Properties {
 			mark := "must hold"
@@ -136,23 +313,30 @@ func list(w io.Writer) int {
 
 func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var f runFlags
-	f.register(fs)
-	var replayAll bool
-	if cmd == "replay" {
-		fs.BoolVar(&replayAll, "all", false, "replay every scenario that failed (FAIL or UNKNOWN), the peers' and mutants' too; by default only prim's")
-		fs.Usage = func() {
-			fmt.Fprint(fs.Output(), replayUsage)
-			fs.PrintDefaults()
-		}
+	f.register(fs, cmd)
+	positional, help, err := parseArgs(fs, args)
+	if help {
+		fmt.Fprint(stdout, map[string]string{"run": runUsage, "matrix": matrixUsage, "replay": replayUsage}[cmd])
+		fs.SetOutput(stdout)
+		fs.PrintDefaults()
+		return 0
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stdout)
-			fs.Usage()
-			return 0
-		}
+	if err != nil {
+		fmt.Fprintf(stderr, "coordtorture %s: %v (see coordtorture %s --help)\n", cmd, err, cmd)
+		return 2
+	}
+	replayAll := f.replayAll
+	if f.clients < 1 {
+		fmt.Fprintf(stderr, "coordtorture %s: --clients %d: at least 1 client is needed\n", cmd, f.clients)
+		return 2
+	}
+	if f.duration <= 0 {
+		fmt.Fprintf(stderr, "coordtorture %s: --duration %v: must be positive\n", cmd, f.duration)
+		return 2
+	}
+	if f.ttl < time.Millisecond {
+		fmt.Fprintf(stderr, "coordtorture %s: --ttl %v: must be 1ms or more\n", cmd, f.ttl)
 		return 2
 	}
 	var ext *scenarios.External
@@ -165,10 +349,6 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 	case "external":
 		if f.addr == "" {
 			fmt.Fprintln(stderr, "coordtorture: --provider external needs --addr host:port[,host:port…]")
-			return 2
-		}
-		if cmd == "matrix" {
-			fmt.Fprintln(stderr, "coordtorture: matrix runs on local server builds; use run --provider external")
 			return 2
 		}
 		ext = &scenarios.External{Addrs: strings.Split(f.addr, ","), MasterName: f.masterName, Cluster: f.cluster,
@@ -191,44 +371,47 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 		os.Setenv(testbed.EnvServerBin, f.serverBin)
 		f.server = testbed.CustomBuild
 	}
-	if f.duration <= 0 || f.ttl < time.Millisecond || f.clients < 1 {
-		fmt.Fprintln(stderr, "coordtorture: --duration and --ttl must be positive and --clients at least 1")
-		return 2
-	}
 	type job struct {
-		s     *scenarios.Scenario
-		build string
-		seed  int64
-		impl  string
+		s        *scenarios.Scenario
+		build    string
+		seed     int64
+		impl     string
+		duration time.Duration
+		clients  int
 	}
 	var jobs []job
+	// A replay keeps the rule of the run it replays: what was a comparison
+	// there (the peers and mutants beside prim) is one in the replay.
+	var decidedBy []string
 	seed := f.seed
 	if seed == 0 {
 		seed = time.Now().UnixNano() % 1_000_000_007
 	}
 	switch cmd {
 	case "replay":
-		if fs.NArg() != 1 {
-			fmt.Fprintln(stderr, "coordtorture: replay takes one run directory")
+		if len(positional) != 1 {
+			fmt.Fprintf(stderr, "coordtorture replay: takes one run directory, got %d arguments (see coordtorture replay --help)\n", len(positional))
 			return 2
 		}
 		var prev reports.Run
-		b, err := os.ReadFile(filepath.Join(fs.Arg(0), "report.json"))
+		b, err := os.ReadFile(filepath.Join(positional[0], "report.json"))
 		if err == nil {
 			err = json.Unmarshal(b, &prev)
 		}
 		if err != nil {
-			fmt.Fprintf(stderr, "coordtorture: reading %s: %v\n", fs.Arg(0), err)
+			fmt.Fprintf(stderr, "coordtorture replay: reading %s: %v\n", positional[0], err)
 			return 2
 		}
 		skipped := 0
+		decidedBy = prev.Deciding()
 		for _, o := range prev.Outcomes {
-			if o.Verdict == scenarios.Pass || o.Verdict == scenarios.Hazard {
+			if o.Verdict != scenarios.Fail && o.Verdict != scenarios.Unknown {
 				continue
 			}
-			if o.Impl != "prim" && !replayAll {
-				// The peers' FAILs are expected findings (no fencing), and
-				// the mutants' FAILs are the checkers catching them.
+			if !prev.Decides(o.Impl) && !replayAll {
+				// Beside prim, the peers' FAILs are expected findings (no
+				// fencing), and the mutants' FAILs the checkers catching
+				// them: they did not set the run's verdict.
 				skipped++
 				continue
 			}
@@ -241,15 +424,15 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 				fmt.Fprintf(stderr, "coordtorture: %s ran on an external deployment (%s); replay it with --provider external --addr …\n", o.Scenario, o.Target)
 				return 2
 			}
-			jobs = append(jobs, job{ss[0], o.Build, o.Seed, o.Impl})
-			f.duration, f.clients = o.Duration, o.Clients
+			jobs = append(jobs, job{ss[0], o.Build, o.Seed, o.Impl, o.Duration, o.Clients})
 		}
 		if len(jobs) == 0 {
 			if skipped > 0 {
-				fmt.Fprintf(stdout, "nothing to replay: no scenario of that run failed for prim (%d failure(s) of peers or mutants skipped: --all replays them)\n", skipped)
+				fmt.Fprintf(stdout, "nothing to replay: no scenario of that run failed for %s, which set its verdict (%s of the comparison's peers or mutants skipped: --all replays them)\n",
+					strings.Join(prev.Deciding(), ", "), plural(skipped, "failure"))
 				return 0
 			}
-			fmt.Fprintln(stdout, "nothing to replay: every scenario of that run passed")
+			fmt.Fprintln(stdout, "nothing to replay: no scenario of that run FAILed or was UNKNOWN")
 			return 0
 		}
 		// The banner states the seeds the replay uses, not a fresh one.
@@ -258,19 +441,19 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 			seed = 0
 		}
 		if skipped > 0 {
-			fmt.Fprintf(stdout, "coordtorture: replaying prim's failures; %d failure(s) of peers or mutants skipped (--all replays them)\n", skipped)
+			fmt.Fprintf(stdout, "coordtorture: replaying prim's failures; %s of the comparison's peers or mutants skipped (--all replays them)\n", plural(skipped, "failure"))
 		}
 	default:
-		ss, err := scenarios.Match(fs.Args())
+		ss, err := selectScenarios(positional)
 		if err != nil {
-			fmt.Fprintln(stderr, "coordtorture:", err)
+			fmt.Fprintf(stderr, "coordtorture %s: %v\n", cmd, err)
 			return 2
 		}
 		if ext != nil {
 			var keep []*scenarios.Scenario
 			for _, s := range ss {
 				if err := s.Runnable(true); err != nil {
-					if len(fs.Args()) > 0 && fs.Args()[0] == s.Name && fs.NArg() == 1 {
+					if len(positional) == 1 && positional[0] == s.Name {
 						fmt.Fprintln(stderr, "coordtorture:", err)
 						return 2
 					}
@@ -324,10 +507,10 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 						if b != builds[0] {
 							continue
 						}
-						jobs = append(jobs, job{s, s.Topo.Build, seed, impl})
+						jobs = append(jobs, job{s, s.Topo.Build, seed, impl, f.duration, f.clients})
 						continue
 					}
-					jobs = append(jobs, job{s, b, seed, impl})
+					jobs = append(jobs, job{s, b, seed, impl, f.duration, f.clients})
 				}
 			}
 		}
@@ -357,14 +540,21 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	tty := isTerminal(stdout)
-	rep := &reports.Run{Started: time.Now(), Command: "coordtorture " + cmd + " " + strings.Join(args, " ")}
+	rep := &reports.Run{Started: time.Now(), Command: "coordtorture " + cmd + " " + strings.Join(args, " "), DecidedBy: decidedBy}
 	seedText := fmt.Sprintf("seed %d", seed)
 	if seed == 0 {
 		seedText = "each run's own seed"
 	}
-	fmt.Fprintf(stdout, "coordtorture: %d scenario run(s), %v each, %d clients, %s → %s\n", len(jobs), f.duration, f.clients, seedText, out)
+	if cmd == "replay" {
+		fmt.Fprintf(stdout, "coordtorture: replaying %s, each with its own seed, duration and clients → %s\n", plural(len(jobs), "scenario run"), out)
+	} else {
+		fmt.Fprintf(stdout, "coordtorture: %s, %v each, %d clients, %s → %s\n", plural(len(jobs), "scenario run"), f.duration, f.clients, seedText, out)
+	}
 	for i, j := range jobs {
 		label := fmt.Sprintf("[%d/%d] %s [%s, %s]", i+1, len(jobs), j.s.Name, j.impl, j.build)
+		if cmd == "replay" {
+			label += fmt.Sprintf(" seed %d, %v, %d clients", j.seed, j.duration, j.clients)
+		}
 		progress := func(el, total time.Duration) {
 			if tty {
 				n := int(20 * el / total)
@@ -376,63 +566,46 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 		if !tty {
 			fmt.Fprintf(stdout, "%s starting\n", label)
 		}
-		o, err := scenarios.Run(ctx, j.s, scenarios.Config{Build: j.build, Duration: f.duration, Clients: f.clients,
+		o, err := scenarios.Run(ctx, j.s, scenarios.Config{Build: j.build, Duration: j.duration, Clients: j.clients,
 			Seed: j.seed, Impl: j.impl, TTL: f.ttl, Hardened: f.hardened, Progress: progress, External: ext,
 			Logger: logger.With("scenario", j.s.Name, "impl", j.impl, "server", j.build)})
 		if err != nil {
-			o = &scenarios.Outcome{Scenario: j.s.Name, Build: j.build, Impl: j.impl, Seed: j.seed, Clients: f.clients,
-				Duration: f.duration, Verdict: scenarios.Unknown, Error: err.Error()}
+			o = &scenarios.Outcome{Scenario: j.s.Name, Build: j.build, Impl: j.impl, Seed: j.seed, Clients: j.clients,
+				Duration: j.duration, Verdict: scenarios.Unknown, Error: err.Error()}
 		}
 		if tty {
 			fmt.Fprint(stdout, "\r\033[K")
 		}
-		fmt.Fprintf(stdout, "%s %s (%d ops)\n", label, o.Verdict, o.Ops)
+		done := reports.CountCompleted(o).String()
 		if o.Error != "" {
-			fmt.Fprintf(stderr, "  %s\n", firstLines(o.Error, 8))
+			done = "the run went wrong: see below"
 		}
+		fmt.Fprintf(stdout, "%s %s (%s)\n", label, o.Verdict, done)
 		rep.Outcomes = append(rep.Outcomes, o)
 		if ctx.Err() != nil {
 			fmt.Fprintln(stderr, "coordtorture: interrupted; writing what ran")
 			break
 		}
 	}
+	rep.Interrupted = ctx.Err() != nil
 	if err := reports.WriteDir(out, rep); err != nil {
 		fmt.Fprintf(stderr, "coordtorture: writing %s: %v\n", out, err)
 		return 2
 	}
-	fmt.Fprintln(stdout)
-	reports.WriteSummary(stdout, rep)
-	fmt.Fprintf(stdout, "report: %s\n", out)
-	verdict := rep.Verdict()
-	mixed := false
-	for _, j := range jobs {
-		mixed = mixed || j.impl != jobs[0].impl
-	}
-	// A replay --all of prim beside others exits as the --impl all run did.
-	if f.impl == "all" || cmd == "replay" && mixed && slices.ContainsFunc(jobs, func(j job) bool { return j.impl == "prim" }) {
-		// The peers run beside prim to show what breaks for them (they have
-		// no fencing tokens); their FAILs are findings, not the exit status.
-		verdict = rep.VerdictOf("prim")
-		fmt.Fprintf(stdout, "exit status from prim's verdicts (%s); the peer libraries' verdicts above are for comparison\n", verdict)
-	}
-	switch verdict {
-	case scenarios.Fail:
-		return 1
-	case scenarios.Unknown:
-		return 2
-	}
-	if errors.Is(ctx.Err(), context.Canceled) {
-		return 2
-	}
-	return 0
+	fmt.Fprintf(stdout, "\nreport: %s (summary.txt has every piece of evidence)\n", out)
+	// The verdict table and the overall verdict last, where the eye ends.
+	reports.WriteTerminalSummary(stdout, rep)
+	// The one overall verdict (prim's beside peers and mutants) sets the
+	// exit status, as every surface of the report states it.
+	return rep.Overall().ExitStatus()
 }
 
-func firstLines(s string, n int) string {
-	lines := strings.SplitN(s, "\n", n+1)
-	if len(lines) > n {
-		lines = lines[:n]
+// plural is "1 failure", "2 failures".
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
 	}
-	return strings.Join(lines, "\n  ")
+	return strconv.Itoa(n) + " " + word + "s"
 }
 
 func isTerminal(w io.Writer) bool {

@@ -2,11 +2,14 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/coordtorture/coordtorture/reports"
 	"github.com/coordtorture/coordtorture/scenarios"
 	"github.com/coordtorture/coordtorture/testbed"
 )
@@ -34,6 +37,96 @@ func TestCLI(t *testing.T) {
 		if code := run(bad, &out, &errb); code != 2 {
 			t.Errorf("%v: exit %d, want 2 (stderr %q)", bad, code, errb.String())
 		}
+	}
+}
+
+// TestUsageErrors: what the CLI refuses, it refuses with exit 2 and one
+// message that names the culprit, before running anything: a pattern that
+// matches nothing (even beside one that matches: it was dropped silently), a
+// flag a command does not take, --clients 0; an unknown command shows the
+// usage.
+func TestUsageErrors(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "never")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "fenced-lock/baseline", "fenced-lock/baselin", "--duration", "1s", "--out", out}, `no scenario matches "fenced-lock/baselin" (did you mean "fenced-lock/baseline"?)`},
+		{[]string{"run", "nope", "--duration", "1s", "--out", out}, `coordtorture run: no scenario matches "nope"; coordtorture list shows them`},
+		{[]string{"run", "--clients", "0", "--out", out, "fenced-lock/baseline"}, "--clients 0"},
+		{[]string{"run", "--duration", "0s", "--out", out}, "--duration 0s"},
+		{[]string{"run", "--bogus", "--out", out}, "flag provided but not defined: -bogus (see coordtorture run --help)"},
+		{[]string{"replay", "--duration", "1s", out}, "flag provided but not defined: -duration"},
+		{[]string{"matrix", "--server", "redis-8.0", "--out", out}, "flag provided but not defined: -server"},
+		{[]string{"replay", out, out}, "takes one run directory, got 2"},
+		{[]string{"list", "fenced-lock/nope"}, `no scenario matches "fenced-lock/nope"`},
+		{[]string{"frobnicate"}, "unknown command \"frobnicate\"\n\ncoordtorture — torture"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(tc.args, &stdout, &stderr)
+		if code != 2 || !strings.Contains(stderr.String(), tc.want) || stdout.Len() != 0 {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 2 and %q", tc.args, code, stdout.String(), stderr.String(), tc.want)
+		}
+		if first, _, _ := strings.Cut(stderr.String(), "\n"); strings.Count(stderr.String(), first) != 1 {
+			t.Errorf("%v: the error is printed more than once: %q", tc.args, stderr.String())
+		}
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Errorf("a refused command wrote %s: %v", out, err)
+	}
+}
+
+// TestHelp: each command's --help exits 0 on stdout alone, describes its
+// positional arguments and lists the flags it takes, and only those.
+func TestHelp(t *testing.T) {
+	for _, tc := range []struct {
+		cmd       string
+		want, not []string
+	}{
+		{"run", []string{"Usage: coordtorture run [flags] [PATTERN…]", "flags and\npatterns may come in any order", "Exit status", "-duration", "-server", "-addr", "-seed"}, []string{"\n  -all"}},
+		{"matrix", []string{"Usage: coordtorture matrix [flags] [PATTERN…]", "every fetched\nserver build", "-duration", "-impl"}, []string{"\n  -server", "\n  -addr", "\n  -provider", "\n  -all"}},
+		{"replay", []string{"Usage: coordtorture replay [flags] DIR", "prints each seed", "-all", "-out", "-ttl"}, []string{"\n  -duration", "\n  -seed", "\n  -impl", "\n  -clients", "\n  -server"}},
+		{"list", []string{"Usage: coordtorture list [PATTERN…]", "No flags"}, []string{"\n  -out"}},
+	} {
+		for _, h := range []string{"--help", "-h"} {
+			var stdout, stderr bytes.Buffer
+			if code := run([]string{tc.cmd, "fenced-lock/baseline", h}, &stdout, &stderr); code != 0 || stderr.Len() != 0 {
+				t.Errorf("%s %s: exit %d, stderr %q", tc.cmd, h, code, stderr.String())
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(stdout.String(), w) {
+					t.Errorf("%s %s lacks %q:\n%s", tc.cmd, h, w, stdout.String())
+				}
+			}
+			for _, n := range tc.not {
+				if strings.Contains(stdout.String(), n) {
+					t.Errorf("%s %s lists %q, which it does not take:\n%s", tc.cmd, h, n, stdout.String())
+				}
+			}
+		}
+	}
+}
+
+// TestFlagsAfterPatterns: flags after a scenario name apply (they were
+// ignored: --duration 1s ran 10s and --out went to runs/<time>).
+func TestFlagsAfterPatterns(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "late")
+	var out, errb bytes.Buffer
+	start := time.Now()
+	code := run([]string{"run", "fenced-lock/baseline", "--duration", "1s", "--server", build(), "--seed", "11", "--out", dir}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, out.String(), errb.String())
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
+	if err != nil {
+		t.Fatalf("--out after the pattern was not used: %v", err)
+	}
+	var rep reports.Run
+	if err := json.Unmarshal(b, &rep); err != nil || len(rep.Outcomes) != 1 || rep.Outcomes[0].Duration != time.Second || rep.Outcomes[0].Seed != 11 {
+		t.Fatalf("the flags after the pattern were not applied: %v %+v", err, rep.Outcomes)
+	}
+	if el := time.Since(start); el > 60*time.Second {
+		t.Errorf("a 1s run took %v", el)
 	}
 }
 
@@ -71,19 +164,15 @@ func TestRunWritesReportAndExitCodes(t *testing.T) {
 	if !strings.Contains(out.String(), "stale write accepted") {
 		t.Fatalf("summary does not show the evidence:\n%s", out.String())
 	}
-	// replay re-runs only what failed for prim unless asked: a peer's FAIL
-	// is an expected finding.
+	// The peer ran alone: its FAIL set the run's verdict and exit status,
+	// and replay re-runs it (seed shown) to the same exit status.
 	out.Reset()
-	if code := run([]string{"replay", filepath.Join(dir, "bad")}, &out, &errb); code != 0 || !strings.Contains(out.String(), "nothing to replay") ||
-		!strings.Contains(out.String(), "--all replays them") {
-		t.Fatalf("replay of a peer's failure: exit %d\n%s", code, out.String())
+	if code := run([]string{"replay", "--out", filepath.Join(dir, "replay"), filepath.Join(dir, "bad")}, &out, &errb); code != 1 ||
+		!strings.Contains(out.String(), "[redislock, "+build()+"] seed 3, 3s, 8 clients") {
+		t.Fatalf("replay: exit %d\n%s", code, out.String())
 	}
 	out.Reset()
-	if code := run([]string{"replay", "--all", "--out", filepath.Join(dir, "replay"), filepath.Join(dir, "bad")}, &out, &errb); code != 1 || !strings.Contains(out.String(), "seed 3") {
-		t.Fatalf("replay --all: exit %d\n%s", code, out.String())
-	}
-	out.Reset()
-	if code := run([]string{"replay", "--help"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "failed for prim") || !strings.Contains(out.String(), "-all") {
+	if code := run([]string{"replay", "--help"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "set that run's verdict") || !strings.Contains(out.String(), "-all") {
 		t.Fatalf("replay --help: exit %d\n%s", code, out.String())
 	}
 }
@@ -101,9 +190,9 @@ func TestReplayPrimOnly(t *testing.T) {
 	}
 	var out, errb bytes.Buffer
 	code := run([]string{"replay", "--out", filepath.Join(dir, "again"), dir}, &out, &errb)
-	if code != 0 || !strings.Contains(out.String(), "1 scenario run(s)") || !strings.Contains(out.String(), "seed 7") ||
+	if code != 0 || !strings.Contains(out.String(), "replaying 1 scenario run,") || !strings.Contains(out.String(), "seed 7, 1s, 2 clients") ||
 		!strings.Contains(out.String(), "[prim, "+build()+"]") || strings.Contains(out.String(), "[mutant-") ||
-		!strings.Contains(out.String(), "1 failure(s) of peers or mutants skipped") {
+		!strings.Contains(out.String(), "1 failure of the comparison's peers or mutants skipped") {
 		t.Fatalf("replay: exit %d\n%s\n%s", code, out.String(), errb.String())
 	}
 }
@@ -147,14 +236,35 @@ func TestMissingBuild(t *testing.T) {
 // prim's PASS, and only prim's verdicts decide the exit status.
 func TestImplAllExitsOnPrim(t *testing.T) {
 	var out, errb bytes.Buffer
+	dir := filepath.Join(t.TempDir(), "all")
 	args := []string{"run", "--server", build(), "--impl", "all", "--duration", "3s", "--seed", "3",
-		"--out", filepath.Join(t.TempDir(), "all"), "fenced-lock/pause-client"}
+		"--out", dir, "fenced-lock/pause-client"}
 	if code := run(args, &out, &errb); code != 0 {
 		t.Fatalf("exit %d, want 0 (prim passes)\n%s\n%s", code, out.String(), errb.String())
 	}
-	for _, want := range []string{"[prim, " + build() + "] PASS", "[redislock, " + build() + "] FAIL", "[redsync, " + build() + "] FAIL"} {
+	for _, want := range []string{"[prim, " + build() + "] PASS", "[redislock, " + build() + "] FAIL", "[redsync, " + build() + "] FAIL",
+		"peers (comparison, do not set the verdict): redislock FAIL, redsync FAIL\noverall: PASS (prim's verdicts, exit status 0)\n"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
+	}
+	// Every surface agrees: summary.txt, junit (no failure), and a replay,
+	// which has nothing of prim's to re-run (it exited 1 after such a run).
+	sum, _ := os.ReadFile(filepath.Join(dir, "summary.txt"))
+	junit, _ := os.ReadFile(filepath.Join(dir, "junit.xml"))
+	if !strings.HasSuffix(string(sum), "overall: PASS (prim's verdicts, exit status 0)\n") || !strings.Contains(string(junit), `<testsuites name="coordtorture: overall PASS" tests="21" failures="0"`) {
+		t.Errorf("summary.txt or junit.xml disagree with the exit status:\n%s\n%s", sum, junit)
+	}
+	out.Reset()
+	if code := run([]string{"replay", dir}, &out, &errb); code != 0 || !strings.Contains(out.String(), "nothing to replay") ||
+		!strings.Contains(out.String(), "2 failures of the comparison's peers or mutants skipped") {
+		t.Errorf("replay: exit %d\n%s", code, out.String())
+	}
+	// replay --all re-runs the peers' failures, still as a comparison: the
+	// run's rule stands, and so does its exit status.
+	out.Reset()
+	if code := run([]string{"replay", "--all", "--out", filepath.Join(dir, "again"), dir}, &out, &errb); code != 0 ||
+		!strings.Contains(out.String(), "peers (comparison, do not set the verdict): redislock ") || !strings.Contains(out.String(), "seed 3, 3s, 8 clients") {
+		t.Errorf("replay --all: exit %d\n%s", code, out.String())
 	}
 }

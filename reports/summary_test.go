@@ -1,0 +1,235 @@
+package reports_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"encoding/xml"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coordtorture/coordtorture/history"
+	"github.com/coordtorture/coordtorture/models"
+	"github.com/coordtorture/coordtorture/reports"
+	"github.com/coordtorture/coordtorture/scenarios"
+)
+
+// comparisonRun is an --impl all run: prim shows the hazard, a peer and a
+// mutant FAIL, and the peer's token-order has nothing to check.
+func comparisonRun() *reports.Run {
+	prop := func(checker string, v scenarios.Verdict, n int) scenarios.PropertyResult {
+		mv := map[scenarios.Verdict]models.Verdict{scenarios.Pass: models.Pass, scenarios.Hazard: models.Fail,
+			scenarios.Fail: models.Fail, scenarios.Unknown: models.Unknown, scenarios.NA: models.Unknown}[v]
+		r := models.Result{Checker: checker, Verdict: mv, Violations: n,
+			Summary: fmt.Sprintf("%d violation(s); first: windows overlap: [2577644073ns, 2631147990ns)", n)}
+		if v == scenarios.NA {
+			r.Summary = "nothing to check: redislock hands out no fencing tokens"
+		}
+		for i := range min(n, 20) {
+			r.Evidence = append(r.Evidence, models.Evidence{Key: "k", Msg: fmt.Sprintf("%s evidence %d at %dns", checker, i, 1000000000+i),
+				Ops: []history.Operation{{Op: history.Op{I: int64(i), F: "acquire", Key: "k", Type: history.OK, Token: 7, T: 3034000000}, Return: 3035500000, Done: true}}})
+		}
+		return scenarios.PropertyResult{Checker: checker, Expect: "may show hazard", Verdict: v, Result: r}
+	}
+	return &reports.Run{Outcomes: []*scenarios.Outcome{
+		{Scenario: "fenced-lock/failover-forced", Impl: "prim", Build: "redis-8.0", Seed: 3, Verdict: scenarios.Hazard, Duration: 2 * time.Second, Ops: 4,
+			Results: []scenarios.PropertyResult{prop("token-order", scenarios.Hazard, 721), prop("exclusion", scenarios.Hazard, 1), prop("progress", scenarios.Pass, 0)},
+			Records: []history.Op{{I: 0, F: "acquire", Type: history.Invoke}, {I: 1, F: "acquire", Type: history.OK},
+				{I: 2, F: "acquire", Type: history.Invoke}, {I: 3, F: "acquire", Type: history.Fail},
+				{I: 4, F: "write", Type: history.Invoke}, {I: 5, F: "write", Type: history.OK}, {I: 6, F: "sample", Type: history.OK}}},
+		{Scenario: "fenced-lock/failover-forced", Impl: "redislock", Build: "redis-8.0", Seed: 3, Verdict: scenarios.Fail, Duration: 2 * time.Second,
+			Uncertain: models.Uncertainty{Info: 3, InfoAcquisitions: 1, Executed: -1, Observed: 0}, Hazard: "shown", Effects: []string{"at 2.6s: redislock's effect"},
+			Results: []scenarios.PropertyResult{prop("fenced-resource", scenarios.Fail, 4), prop("token-order", scenarios.NA, 0)}},
+		{Scenario: "fenced-lock/failover-forced", Impl: "mutant-resource-ignores-tokens", Build: "redis-8.0", Seed: 3, Verdict: scenarios.Fail,
+			Results: []scenarios.PropertyResult{prop("fenced-resource", scenarios.Fail, 2)}},
+	}}
+}
+
+// TestOverallIsPrimsBesidePeers: with prim beside peers and mutants, every
+// surface states prim's verdict as the overall one (the old summary said
+// "overall: FAIL (prim: HAZARD, …)" while the exit status was 0), the peers
+// and mutants visibly a comparison, and junit fails exactly when the exit
+// status is not 0.
+func TestOverallIsPrimsBesidePeers(t *testing.T) {
+	dir := t.TempDir()
+	if err := reports.WriteDir(dir, comparisonRun()); err != nil {
+		t.Fatal(err)
+	}
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	sum := read("summary.txt")
+	for _, want := range []string{
+		"\npeers (comparison, do not set the verdict): redislock FAIL\n",
+		"\nmutants (comparison, deliberately broken for the checkers to catch; do not set the verdict): mutant-resource-ignores-tokens FAIL\n",
+		"\noverall: HAZARD (prim's verdicts, exit status 0)\n",
+	} {
+		if !strings.Contains(sum, want) {
+			t.Errorf("summary.txt lacks %q:\n%s", want, sum)
+		}
+	}
+	if !strings.HasSuffix(sum, "\noverall: HAZARD (prim's verdicts, exit status 0)\n") {
+		t.Errorf("summary.txt does not end with the overall verdict:\n%s", sum)
+	}
+	var junit struct {
+		Name     string `xml:"name,attr"`
+		Failures int    `xml:"failures,attr"`
+		Suites   []struct {
+			Name     string `xml:"name,attr"`
+			Failures int    `xml:"failures,attr"`
+			Skipped  int    `xml:"skipped,attr"`
+			Cases    []struct {
+				Name    string    `xml:"name,attr"`
+				Failure *struct{} `xml:"failure"`
+				Skipped *struct {
+					Message string `xml:"message,attr"`
+				} `xml:"skipped"`
+				Out string `xml:"system-out"`
+			} `xml:"testcase"`
+		} `xml:"testsuite"`
+	}
+	if err := xml.Unmarshal([]byte(read("junit.xml")), &junit); err != nil {
+		t.Fatal(err)
+	}
+	if junit.Failures != 0 || junit.Name != "coordtorture: overall HAZARD" {
+		t.Errorf("junit: %d failures, name %q; want none (exit status 0) and the overall verdict", junit.Failures, junit.Name)
+	}
+	for _, s := range junit.Suites {
+		if s.Failures != 0 {
+			t.Errorf("junit suite %q has %d failures, exit status 0", s.Name, s.Failures)
+		}
+		if strings.Contains(s.Name, "[prim,") == strings.Contains(s.Name, "(comparison") {
+			t.Errorf("junit suite %q: only the peers and mutants are comparisons", s.Name)
+		}
+	}
+	peer := junit.Suites[1]
+	if peer.Cases[0].Failure != nil || !strings.HasPrefix(peer.Cases[0].Out, "FAIL (may show hazard): 4 violations") {
+		t.Errorf("the peer's FAIL is not shown as a comparison: %+v", peer.Cases[0])
+	}
+	if peer.Skipped != 1 || peer.Cases[1].Skipped == nil || !strings.Contains(peer.Cases[1].Skipped.Message, "nothing to check: redislock hands out no fencing tokens") {
+		t.Errorf("N/A is not a skipped case with its reason: %+v", peer.Cases[1])
+	}
+	var rep struct {
+		Overall     string
+		OverallFrom []string `json:"overall_from"`
+		Comparison  []string
+	}
+	if err := json.Unmarshal([]byte(read("report.json")), &rep); err != nil || rep.Overall != "HAZARD" ||
+		fmt.Sprint(rep.OverallFrom) != "[prim]" || len(rep.Comparison) != 2 {
+		t.Errorf("report.json: %+v %v", rep, err)
+	}
+	// Read back (as replay does), the run has the same overall verdict.
+	var back reports.Run
+	if err := json.Unmarshal([]byte(read("report.json")), &back); err != nil || back.Overall() != scenarios.Hazard || len(back.Outcomes) != 3 {
+		t.Errorf("report.json read back: %v %v", back.Overall(), err)
+	}
+
+	// A replay keeps its run's rule: the peer's FAIL alone is still a
+	// comparison.
+	replay := comparisonRun()
+	replay.Outcomes = replay.Outcomes[1:2]
+	replay.DecidedBy = []string{"prim"}
+	if replay.Overall() != scenarios.Pass || len(replay.Comparison()) != 1 {
+		t.Errorf("replay of the peer's failure: overall %s, comparison %v", replay.Overall(), replay.Comparison())
+	}
+
+	// An interrupted run is UNKNOWN at best, and says so.
+	cut := comparisonRun()
+	cut.Interrupted = true
+	var cb bytes.Buffer
+	if err := reports.WriteSummary(&cb, cut); err != nil {
+		t.Fatal(err)
+	}
+	if cut.Overall() != scenarios.Unknown || !strings.HasSuffix(cb.String(), "\noverall: UNKNOWN (interrupted: not every scenario ran; prim's verdicts, exit status 2)\n") {
+		t.Errorf("interrupted run: %s\n%s", cut.Overall(), cb.String())
+	}
+
+	// Without prim, every implementation decides.
+	r := comparisonRun()
+	r.Outcomes = r.Outcomes[1:]
+	var b bytes.Buffer
+	if err := reports.WriteSummary(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(b.String(), "\noverall: FAIL (redislock: FAIL, mutant-resource-ignores-tokens: FAIL; exit status 1)\n") || strings.Contains(b.String(), "comparison") {
+		t.Errorf("peers alone: %s", b.String())
+	}
+}
+
+// TestSummaryReadable: evidence a person can read: times in seconds from
+// the run's start, "N more" counting every violation the checker found (721,
+// of which it kept 20), right plurals, completed operations per second by
+// kind; on a terminal the evidence capped and the verdict table last.
+func TestSummaryReadable(t *testing.T) {
+	r := comparisonRun()
+	var full bytes.Buffer
+	if err := reports.WriteSummary(&full, r); err != nil {
+		t.Fatal(err)
+	}
+	s := full.String()
+	for _, want := range []string{
+		"token-order (may show hazard, seed 3): 721 violations\n",
+		"FAIL fenced-lock/failover-forced [mutant-resource-ignores-tokens] (comparison) fenced-resource (may show hazard, seed 3): 2 violations\n",
+		"exclusion (may show hazard, seed 3): 1 violation\n",
+		"token-order evidence 19 at 1.000s",
+		"#0 proc 0 acquire key=\"k\" ok token=7 [3.034s – 3.035s]",
+		"… 701 more violations (the checker keeps the first 20 as evidence",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("summary.txt lacks %q:\n%s", want, s)
+		}
+	}
+	for _, bad := range []string{"(s)", "7 more", "… 1 more"} {
+		if strings.Contains(s, bad) {
+			t.Errorf("summary.txt has %q:\n%s", bad, s)
+		}
+	}
+	if ns := regexp.MustCompile(`\d+ns\b`).FindString(s); ns != "" {
+		t.Errorf("summary.txt has a time in ns, %q:\n%s", ns, s)
+	}
+	// The table: 1 acquisition and 1 write in 2s, not 3 operations (the
+	// refused attempt and the sample are not throughput).
+	var row []string
+	for _, line := range strings.Split(s, "\n") {
+		if f := strings.Fields(line); len(f) > 1 && f[1] == "prim" {
+			row = f
+		}
+	}
+	if len(row) < 7 || strings.Join(row[3:7], " ") != "HAZARD 0.5 0.5 4" {
+		t.Errorf("table does not count completed acquisitions and writes per second:\n%s", s)
+	}
+	if !strings.Contains(s, "[redislock]: 3 info operations, 1 of them an acquisition, 0 seen holding") || !strings.Contains(s, "at 2.6s: redislock's effect") {
+		t.Errorf("summary.txt lacks the comparison's uncertain outcomes or effects:\n%s", s)
+	}
+	if strings.Index(s, "SCENARIO") > strings.Index(s, "HAZARD fenced-lock") {
+		t.Errorf("summary.txt: the table comes first")
+	}
+
+	var term bytes.Buffer
+	if err := reports.WriteTerminalSummary(&term, r); err != nil {
+		t.Fatal(err)
+	}
+	ts := term.String()
+	if strings.Count(ts, "token-order evidence") != reports.TerminalEvidence || !strings.Contains(ts, "… 719 more violations (summary.txt lists the first 20 of the 721)") {
+		t.Errorf("terminal evidence not capped at %d with the count of the rest:\n%s", reports.TerminalEvidence, ts)
+	}
+	if strings.Contains(ts, "fenced-resource evidence") || !strings.Contains(ts, "FAIL fenced-lock/failover-forced [redislock] (comparison) fenced-resource (may show hazard, seed 3): 4 violations; first: windows overlap: [2.578s, 2.631s)\n  (its evidence is in summary.txt)\n") {
+		t.Errorf("terminal: a comparison's FAIL is one line, without evidence:\n%s", ts)
+	}
+	if strings.Contains(ts, "3 info operations") || strings.Contains(ts, "redislock's effect") ||
+		!strings.Contains(ts, "(summary.txt also has the uncertain outcomes and fault effects of the comparison's runs)") {
+		t.Errorf("terminal: the comparison's uncertain outcomes and effects are left to summary.txt:\n%s", ts)
+	}
+	table, evidence := strings.Index(ts, "SCENARIO"), strings.LastIndex(ts, "evidence 1 at")
+	if table < evidence || !strings.HasSuffix(ts, "\noverall: HAZARD (prim's verdicts, exit status 0)\n") {
+		t.Errorf("terminal: the table and the overall verdict come last:\n%s", ts)
+	}
+}
