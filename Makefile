@@ -17,14 +17,17 @@ all: test
 help: ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-servers: ## fetch the pinned Redis/Valkey builds and headless chromium (for the report test) into .servers/ (idempotent)
+servers: ## fetch the pinned Redis/Valkey builds into .servers/ (idempotent; launchers in .servers/<build>/bin/)
 	@scripts/fetch-servers.sh
+
+.PHONY: browser
+browser: ## fetch headless chromium into .servers/chromium/ for the HTML report test (idempotent; make test needs it)
 	@scripts/fetch-chromium.sh
 
-test: servers lint ## the full test suite, on every server build of the matrix
+test: servers browser lint ## the full test suite, on every server build of the matrix
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
-test-short: servers ## quick run on the default build only
+test-short: servers browser ## quick run on the default build only
 	COORDTORTURE_SERVERS=redis-8.0 $(GO) test -count=1 -timeout 10m ./...
 
 STATICCHECK_VERSION ?= v0.8.2
