@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"unicode"
@@ -170,9 +171,10 @@ type Decoder struct {
 	pos      [nFields]int
 	err      error
 	header   *Header
-	sniffed  bool // the first bytes were looked at for gzip's magic
-	gzip     bool // the input is gzip-compressed; r reads the text
-	tolerate bool // TolerateCut
+	sniffed  bool  // the first bytes were looked at for gzip's magic
+	sniffErr error // what starting to decompress met
+	gzip     bool  // the input is gzip-compressed; r reads the text
+	tolerate bool  // TolerateCut
 	cut      *Cut
 }
 
@@ -229,9 +231,16 @@ func (c *Cut) String() string {
 var gzipMagic = []byte{0x1f, 0x8b}
 
 // sniff switches d to the decompressed text when its input starts with
-// gzip's magic bytes.
+// gzip's magic bytes (once: later calls return the first one's error).
 func (d *Decoder) sniff() error {
-	d.sniffed = true
+	if !d.sniffed {
+		d.sniffed = true
+		d.sniffErr = d.sniff1()
+	}
+	return d.sniffErr
+}
+
+func (d *Decoder) sniff1() error {
 	b, err := d.r.Peek(len(gzipMagic))
 	if err == io.EOF && len(b) == 1 && b[0] == gzipMagic[0] {
 		d.gzip = true // the first byte of a stream cut right after it
@@ -268,14 +277,12 @@ func (d *Decoder) decode(op *Op, clear bool) error {
 	if d.err != nil {
 		return d.err
 	}
-	if !d.sniffed {
-		if err := d.sniff(); err != nil {
-			if d.tolerate && err == io.ErrUnexpectedEOF {
-				d.cut, d.err = &Cut{Gzip: true}, io.EOF // cut inside gzip's own header
-				return d.err
-			}
-			return d.readErr(err)
+	if err := d.sniff(); err != nil {
+		if d.tolerate && err == io.ErrUnexpectedEOF {
+			d.cut, d.err = &Cut{Gzip: true}, io.EOF // cut inside gzip's own header
+			return d.err
 		}
+		return d.readErr(err)
 	}
 	for {
 		line, err := d.readLine()
@@ -404,9 +411,12 @@ func ReadAll(r io.Reader) ([]Op, error) {
 // readAll is ReadAll through d, a new decoder of r that has read nothing yet
 // (the caller keeps d to read the header).
 func readAll(r io.Reader, d *Decoder) ([]Op, error) {
-	lines, err := countLines(r)
+	lines, textSize, err := countLines(r)
 	if err != nil {
 		return nil, err
+	}
+	if lines == 0 {
+		lines = d.inflate(textSize)
 	}
 	if lines > 0 {
 		// One slice of the right size: no chunks to copy, no fresh memory
@@ -432,25 +442,87 @@ func readAll(r io.Reader, d *Decoder) ([]Op, error) {
 	return readChunks(d)
 }
 
+// inflate reads the whole text of a gzip-compressed input into memory and
+// returns its number of lines (0 for an input that is not compressed, or
+// whose compression could not start: decode reports why). The text takes
+// less memory than the records it holds, and sizing their slice from the
+// count (readAll) costs less than growing it in chunks. size is the text's
+// size if known (0 if not). What the decompression met at the end (a stream
+// cut short, a bad checksum) comes after the text, where decode meets it as
+// it would have when streaming.
+func (d *Decoder) inflate(size int) int {
+	if d.sniff() != nil || !d.gzip {
+		return 0
+	}
+	text, err := readText(d.r, size)
+	d.r = bufio.NewReaderSize(&textReader{text, err}, 64<<10)
+	return bytes.Count(text, []byte{'\n'}) + 1
+}
+
+// readText is io.ReadAll for large inputs, with the size expected: one
+// array when the size is right, and fresh arrays written once (huge pages:
+// see adviseHugePages) rather than zeroed then written as io.ReadAll's.
+func readText(r io.Reader, size int) ([]byte, error) {
+	b := make([]byte, 0, max(size+1, 64<<10))
+	adviseHugePages(b)
+	for {
+		if len(b) == cap(b) {
+			nb := make([]byte, len(b), 2*cap(b))
+			adviseHugePages(nb)
+			copy(nb, b)
+			b = nb
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
+}
+
+// textReader reads b, then returns err (io.EOF when nil).
+type textReader struct {
+	b   []byte
+	err error
+}
+
+func (t *textReader) Read(p []byte) (int, error) {
+	if len(t.b) == 0 {
+		if t.err == nil {
+			return 0, io.EOF
+		}
+		return 0, t.err
+	}
+	n := copy(p, t.b)
+	t.b = t.b[n:]
+	return n, nil
+}
+
 // countLines returns the number of lines left in r, or 0 when r cannot be
 // read twice (it is not a Seeker: a pipe, a network stream) or is
-// compressed, having counted them and gone back to where r was.
-func countLines(r io.Reader) (int, error) {
+// compressed, having counted them and gone back to where r was. For a
+// compressed r, textSize is the size of the text it holds, as gzip's
+// trailer states it (0 if it seems wrong).
+func countLines(r io.Reader) (lines, textSize int, err error) {
 	s, ok := r.(io.ReadSeeker)
 	if !ok {
-		return 0, nil
+		return 0, 0, nil
 	}
 	start, err := s.Seek(0, io.SeekCurrent)
 	if err != nil {
-		return 0, nil // e.g. a pipe as an *os.File
+		return 0, 0, nil // e.g. a pipe as an *os.File
 	}
 	buf := make([]byte, 256<<10)
-	lines := 1 // a last line without '\n'
+	lines = 1 // a last line without '\n'
 	var rerr error
 	for first := true; ; first = false {
 		n, err := s.Read(buf)
 		if first && bytes.HasPrefix(buf[:n], gzipMagic) {
 			lines = 0 // compressed: the lines are not countable here
+			textSize = gzipTextSize(s, start)
 			break
 		}
 		lines += bytes.Count(buf[:n], []byte{'\n'})
@@ -462,12 +534,32 @@ func countLines(r io.Reader) (int, error) {
 		}
 	}
 	if _, err := s.Seek(start, io.SeekStart); err != nil {
-		return 0, fmt.Errorf("history: going back after counting lines: %w", err)
+		return 0, 0, fmt.Errorf("history: going back after counting lines: %w", err)
 	}
 	if rerr != nil {
-		return 0, nil // let the decoder meet the error where it is
+		return 0, 0, nil // let the decoder meet the error where it is
 	}
-	return lines, nil // 0: compressed
+	return lines, textSize, nil
+}
+
+// gzipTextSize is the size of the text of the gzip stream s holds from
+// start: the ISIZE of its trailer (RFC 1952: the size modulo 2^32, of the
+// last member), 0 when that cannot be read or is implausible (a stream cut
+// short ends with anything) for text of that compressed size.
+func gzipTextSize(s io.ReadSeeker, start int64) int {
+	end, err := s.Seek(-4, io.SeekEnd)
+	if err != nil {
+		return 0
+	}
+	var t [4]byte
+	if _, err := io.ReadFull(s, t[:]); err != nil {
+		return 0
+	}
+	size, packed := int64(binary.LittleEndian.Uint32(t[:])), end+4-start
+	if size < packed || size > 64*packed {
+		return 0
+	}
+	return int(size)
 }
 
 // readChunks decodes the rest of d's input.

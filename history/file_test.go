@@ -176,6 +176,28 @@ func TestTolerateCutGzipStream(t *testing.T) {
 	if err != nil || h.Cut != nil || len(h.Records) != len(want) {
 		t.Fatalf("the whole stream: %d records, cut %v, %v", len(h.Records), h.Cut, err)
 	}
+	// The Decoder on its own streams the decompression: the same records,
+	// the same cut.
+	for n := 1; n <= len(data); n++ {
+		h, err := ReadTolerant(bytes.NewReader(data[:n]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := NewDecoder(bytes.NewReader(data[:n]))
+		d.TolerateCut()
+		var got []Op
+		for {
+			var op Op
+			if err = d.Decode(&op); err != nil {
+				break
+			}
+			got = append(got, op)
+		}
+		if err != io.EOF || !reflect.DeepEqual(got, h.Records) && len(got)+len(h.Records) > 0 || !reflect.DeepEqual(d.Cut(), h.Cut) {
+			t.Fatalf("Decoder, cut at byte %d of %d: %d records (%v), cut %+v; ReadTolerant: %d records, cut %+v",
+				n, len(data), len(got), err, d.Cut(), len(h.Records), h.Cut)
+		}
+	}
 }
 
 func gzipped(t *testing.T, text string) []byte {
