@@ -6,6 +6,7 @@ import (
 	"compress/gzip"
 	"errors"
 	"io"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -37,6 +38,7 @@ func FuzzDecode(f *testing.F) {
 			ops = append(ops, op)
 		}
 		compressed := len(data) > 0 && data[0] == gzipMagic[0]
+		checkTolerant(t, data, ops, err)
 		if err != io.EOF && !compressed {
 			var e *Error
 			if !errors.As(err, &e) {
@@ -81,3 +83,51 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// checkTolerant: a Decoder that tolerates a cut end reads what a strict one
+// reads, and fails where it fails; it succeeds where the strict one failed
+// only on the last line of the text (without its '\n') or on a gzip stream
+// cut short, and then it reads the same records and says where the cut is.
+func checkTolerant(t *testing.T, data []byte, strict []Op, strictErr error) {
+	t.Helper()
+	d := NewDecoder(bytes.NewReader(data))
+	d.TolerateCut()
+	var ops []Op
+	var err error
+	for {
+		var op Op
+		if err = d.Decode(&op); err != nil {
+			break
+		}
+		ops = append(ops, op)
+	}
+	cut := d.Cut()
+	switch {
+	case strictErr == io.EOF:
+		if err != io.EOF || cut != nil || !sameOps(ops, strict) {
+			t.Fatalf("tolerant read of a complete history: %d records (strict %d), %v, cut %+v", len(ops), len(strict), err, cut)
+		}
+	case err != io.EOF:
+		// On a gzip stream cut short, the strict read stops at the cut and
+		// the tolerant one fails on the partial line before it.
+		if (err.Error() != strictErr.Error() && !d.gzip) || !sameOps(ops, strict) {
+			t.Fatalf("tolerant: %v after %d records; strict: %v after %d", err, len(ops), strictErr, len(strict))
+		}
+	default: // only the tolerant read succeeded: a cut
+		// The strict read of a gzip stream cut short stops at the cut, even
+		// where it comes after a complete last record without its '\n'.
+		gzipLast := cut != nil && cut.Gzip && len(ops) == len(strict)+1 && sameOps(ops[:len(strict)], strict)
+		if cut == nil || !sameOps(ops, strict) && !gzipLast {
+			t.Fatalf("tolerant read succeeded where the strict one failed (%v) without a cut, or with other records: %d vs %d", strictErr, len(ops), len(strict))
+		}
+		var e *Error
+		if !cut.Gzip {
+			if !errors.As(strictErr, &e) || e.Line != cut.Line || bytes.HasSuffix(data, []byte("\n")) || cut.Line != bytes.Count(data, []byte("\n"))+1 {
+				t.Fatalf("cut %+v of a plain text, strict error %v", cut, strictErr)
+			}
+		}
+	}
+}
+
+// sameOps: the same records (nil and empty alike).
+func sameOps(a, b []Op) bool { return len(a) == len(b) && (len(a) == 0 || reflect.DeepEqual(a, b)) }
