@@ -6,7 +6,7 @@ SERVERS_DIR ?= $(CURDIR)/.servers
 TEST_TIMEOUT ?= 18m
 export COORDTORTURE_SERVERS_DIR := $(SERVERS_DIR)
 
-.PHONY: all servers build test test-short lint vet fmt bench server-cost torture torture-long clean help
+.PHONY: all servers browser build test test-short lint vet fmt bench server-cost torture torture-long clean help
 TORTURE_DURATION ?= 5s
 TORTURE_IMPL ?= all
 TORTURE_LONG_DURATION ?= 1m
@@ -27,8 +27,10 @@ all: test
 help: ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-servers: ## fetch the pinned Redis/Valkey builds and headless chromium (for the report test) into .servers/ (idempotent)
+servers: ## fetch the pinned Redis/Valkey builds into .servers/ (idempotent; launchers in .servers/<build>/bin/)
 	@scripts/fetch-servers.sh
+
+browser: ## fetch headless chromium into .servers/chromium/ for the HTML report test (idempotent; make test needs it)
 	@scripts/fetch-chromium.sh
 
 # The repository's Go modules: the harness, prim (a module of its own, so a
@@ -38,10 +40,10 @@ servers: ## fetch the pinned Redis/Valkey builds and headless chromium (for the 
 MODULES := . prim prim/internal/servertest
 in_modules = rc=0; for m in $(MODULES); do echo "== module $$m"; (cd $$m && $(1)) || rc=1; done; exit $$rc
 
-test: servers lint ## the full test suite, on every server build of the matrix
+test: servers browser lint ## the full test suite, on every server build of the matrix
 	@$(call in_modules,$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...)
 
-test-short: servers ## quick run on the default build only
+test-short: servers browser ## quick run on the default build only
 	@$(call in_modules,COORDTORTURE_SERVERS=redis-8.0 $(GO) test -count=1 -timeout 10m ./...)
 
 STATICCHECK_VERSION ?= v0.8.2

@@ -3,6 +3,8 @@ package history
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"unicode"
@@ -155,21 +157,105 @@ const maxDepth = 10000
 // increasing i, non-decreasing t, at most one operation in flight per
 // process, and no completion without its invoke. Any violation is an *Error
 // with the line and column; the Decoder never panics on any input.
+//
+// A gzip-compressed history (what coordtorture writes: *.jsonl.gz) is read
+// the same way: the Decoder recognises gzip by its magic bytes, whatever the
+// input is called. Errors of the compressed stream itself are not *Errors.
 type Decoder struct {
-	r       *bufio.Reader
-	line    int
-	long    []byte
-	scratch []byte
-	strs    map[string]string
-	v       validator
-	pos     [nFields]int
-	err     error
-	header  *Header
+	r        *bufio.Reader
+	line     int
+	long     []byte
+	scratch  []byte
+	strs     map[string]string
+	v        validator
+	pos      [nFields]int
+	err      error
+	header   *Header
+	sniffed  bool  // the first bytes were looked at for gzip's magic
+	sniffErr error // what starting to decompress met
+	gzip     bool  // the input is gzip-compressed; r reads the text
+	tolerate bool  // TolerateCut
+	cut      *Cut
 }
 
 // NewDecoder returns a Decoder reading from r. It buffers its input.
 func NewDecoder(r io.Reader) *Decoder {
 	return &Decoder{r: bufio.NewReaderSize(r, 64<<10), strs: make(map[string]string)}
+}
+
+// TolerateCut makes the Decoder accept a history cut short by a crash of its
+// writer: a last line without its '\n' that is not a complete record is
+// ignored, and so is the end of a gzip stream that stops before its trailer
+// (the lines it holds are read); Cut then says what was ignored. Anything
+// malformed before the last line is an error as ever. Call it before the
+// first Decode.
+func (d *Decoder) TolerateCut() { d.tolerate = true }
+
+// Cut says how the history ended early, once Decode has returned io.EOF
+// (TolerateCut); nil when it ended as a complete history does.
+func (d *Decoder) Cut() *Cut { return d.cut }
+
+// Cut describes a history whose writer stopped in the middle of it (a crash,
+// a full disk): what a tolerant read (TolerateCut, ReadTolerant) ignored.
+type Cut struct {
+	// Line is the line whose record was cut (ignored); 0 when every line
+	// read was complete (only the gzip stream's end is missing).
+	Line int `json:"line,omitempty"`
+	// Bytes is the length of what is left of the cut line.
+	Bytes int `json:"bytes,omitempty"`
+	// Why is what the cut line lacks, as the record parser reports it.
+	Why string `json:"why,omitempty"`
+	// Gzip says the compressed stream stopped before its end.
+	Gzip bool `json:"gzip,omitempty"`
+	// Lines is the number of lines read before the cut (the header and
+	// blank lines included).
+	Lines int `json:"lines"`
+}
+
+// String says what was cut, for a person: "last record cut at line 1234
+// (57 bytes left, no end of line): ignored".
+func (c *Cut) String() string {
+	var s string
+	if c.Gzip {
+		s = "gzip stream cut short"
+		if c.Line == 0 {
+			return fmt.Sprintf("%s after line %d (every line before the cut is complete)", s, c.Lines)
+		}
+		s += "; "
+	}
+	return s + fmt.Sprintf("last record cut at line %d (%d bytes left, no end of line): ignored", c.Line, c.Bytes)
+}
+
+// gzipMagic starts every gzip stream (RFC 1952); a JSONL history never
+// starts with it.
+var gzipMagic = []byte{0x1f, 0x8b}
+
+// sniff switches d to the decompressed text when its input starts with
+// gzip's magic bytes (once: later calls return the first one's error).
+func (d *Decoder) sniff() error {
+	if !d.sniffed {
+		d.sniffed = true
+		d.sniffErr = d.sniff1()
+	}
+	return d.sniffErr
+}
+
+func (d *Decoder) sniff1() error {
+	b, err := d.r.Peek(len(gzipMagic))
+	if err == io.EOF && len(b) == 1 && b[0] == gzipMagic[0] {
+		d.gzip = true // the first byte of a stream cut right after it
+		return io.ErrUnexpectedEOF
+	}
+	if !bytes.Equal(b, gzipMagic) {
+		return nil // a read error comes back from the read itself
+	}
+	zr, err := gzip.NewReader(d.r)
+	d.gzip = true
+	if err != nil {
+		return err
+	}
+	d.r = bufio.NewReaderSize(zr, 64<<10)
+	return nil
 }
 
 // Line is the number of lines read so far.
@@ -191,6 +277,13 @@ func (d *Decoder) decode(op *Op, clear bool) error {
 	if d.err != nil {
 		return d.err
 	}
+	if err := d.sniff(); err != nil {
+		if d.tolerate && err == io.ErrUnexpectedEOF {
+			d.cut, d.err = &Cut{Gzip: true}, io.EOF // cut inside gzip's own header
+			return d.err
+		}
+		return d.readErr(err)
+	}
 	for {
 		line, err := d.readLine()
 		if e, ok := err.(*Error); ok {
@@ -198,13 +291,23 @@ func (d *Decoder) decode(op *Op, clear bool) error {
 			d.err = e
 			return e
 		}
-		if err != nil && (err != io.EOF || len(line) == 0) {
-			if err != io.EOF {
-				err = fmt.Errorf("history: reading line %d: %w", d.line+1, err)
+		if err != nil && err != io.EOF {
+			if !d.gzip || err != io.ErrUnexpectedEOF || !d.tolerate {
+				return d.readErr(err)
 			}
-			d.err = err
-			return err
+			// The compressed stream stopped early: line is what it held of
+			// its last line.
+			d.cut = &Cut{Gzip: true}
+			err = io.EOF
 		}
+		if err == io.EOF && len(line) == 0 {
+			if d.cut != nil {
+				d.cut.Lines = d.line
+			}
+			d.err = io.EOF
+			return d.err
+		}
+		last := err == io.EOF // no '\n' after this line: nothing follows
 		d.line++
 		if isBlank(line) {
 			continue
@@ -221,6 +324,17 @@ func (d *Decoder) decode(op *Op, clear bool) error {
 		}
 		d.pos = [nFields]int{}
 		if e := d.parse(line, op); e != nil {
+			if last && d.tolerate && e.eol {
+				// A writer that stopped in the middle of a record: every
+				// record ends with "}\n", so what is left never parses.
+				if d.cut == nil {
+					d.cut = &Cut{}
+				}
+				d.cut.Line, d.cut.Bytes, d.cut.Lines = d.line, len(line), d.line-1
+				d.cut.Why = fmt.Sprintf("column %d: %s", e.col+1, e.msg)
+				d.err = io.EOF
+				return d.err
+			}
 			d.err = &Error{Line: d.line, Column: e.col + 1, Msg: e.msg}
 			return d.err
 		}
@@ -228,8 +342,27 @@ func (d *Decoder) decode(op *Op, clear bool) error {
 			d.err = &Error{Line: d.line, Column: d.pos[e.field] + 1, Msg: e.msg}
 			return d.err
 		}
+		if last {
+			if d.cut != nil {
+				d.cut.Lines = d.line
+			}
+			d.err = io.EOF // the next Decode
+		}
 		return nil
 	}
+}
+
+// readErr makes err, from reading the input, the Decoder's sticky error.
+func (d *Decoder) readErr(err error) error {
+	if d.gzip && err == io.ErrUnexpectedEOF {
+		err = fmt.Errorf("history: reading line %d: the gzip stream is cut short (%w)", d.line+1, err)
+	} else if d.gzip {
+		err = fmt.Errorf("history: reading line %d: gzip: %w", d.line+1, err)
+	} else {
+		err = fmt.Errorf("history: reading line %d: %w", d.line+1, err)
+	}
+	d.err = err
+	return err
 }
 
 // readLine returns the next line without its '\n'. A line longer than
@@ -278,9 +411,12 @@ func ReadAll(r io.Reader) ([]Op, error) {
 // readAll is ReadAll through d, a new decoder of r that has read nothing yet
 // (the caller keeps d to read the header).
 func readAll(r io.Reader, d *Decoder) ([]Op, error) {
-	lines, err := countLines(r)
+	lines, textSize, err := countLines(r)
 	if err != nil {
 		return nil, err
+	}
+	if lines == 0 {
+		lines = d.inflate(textSize)
 	}
 	if lines > 0 {
 		// One slice of the right size: no chunks to copy, no fresh memory
@@ -306,23 +442,89 @@ func readAll(r io.Reader, d *Decoder) ([]Op, error) {
 	return readChunks(d)
 }
 
+// inflate reads the whole text of a gzip-compressed input into memory and
+// returns its number of lines (0 for an input that is not compressed, or
+// whose compression could not start: decode reports why). The text takes
+// less memory than the records it holds, and sizing their slice from the
+// count (readAll) costs less than growing it in chunks. size is the text's
+// size if known (0 if not). What the decompression met at the end (a stream
+// cut short, a bad checksum) comes after the text, where decode meets it as
+// it would have when streaming.
+func (d *Decoder) inflate(size int) int {
+	if d.sniff() != nil || !d.gzip {
+		return 0
+	}
+	text, err := readText(d.r, size)
+	d.r = bufio.NewReaderSize(&textReader{text, err}, 64<<10)
+	return bytes.Count(text, []byte{'\n'}) + 1
+}
+
+// readText is io.ReadAll for large inputs, with the size expected: one
+// array when the size is right, and fresh arrays written once (huge pages:
+// see adviseHugePages) rather than zeroed then written as io.ReadAll's.
+func readText(r io.Reader, size int) ([]byte, error) {
+	b := make([]byte, 0, max(size+1, 64<<10))
+	adviseHugePages(b)
+	for {
+		if len(b) == cap(b) {
+			nb := make([]byte, len(b), 2*cap(b))
+			adviseHugePages(nb)
+			copy(nb, b)
+			b = nb
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
+}
+
+// textReader reads b, then returns err (io.EOF when nil).
+type textReader struct {
+	b   []byte
+	err error
+}
+
+func (t *textReader) Read(p []byte) (int, error) {
+	if len(t.b) == 0 {
+		if t.err == nil {
+			return 0, io.EOF
+		}
+		return 0, t.err
+	}
+	n := copy(p, t.b)
+	t.b = t.b[n:]
+	return n, nil
+}
+
 // countLines returns the number of lines left in r, or 0 when r cannot be
-// read twice (it is not a Seeker: a pipe, a network stream), having
-// counted them and gone back to where r was.
-func countLines(r io.Reader) (int, error) {
+// read twice (it is not a Seeker: a pipe, a network stream) or is
+// compressed, having counted them and gone back to where r was. For a
+// compressed r, textSize is the size of the text it holds, as gzip's
+// trailer states it (0 if it seems wrong).
+func countLines(r io.Reader) (lines, textSize int, err error) {
 	s, ok := r.(io.ReadSeeker)
 	if !ok {
-		return 0, nil
+		return 0, 0, nil
 	}
 	start, err := s.Seek(0, io.SeekCurrent)
 	if err != nil {
-		return 0, nil // e.g. a pipe as an *os.File
+		return 0, 0, nil // e.g. a pipe as an *os.File
 	}
 	buf := make([]byte, 256<<10)
-	lines := 1 // a last line without '\n'
+	lines = 1 // a last line without '\n'
 	var rerr error
-	for {
+	for first := true; ; first = false {
 		n, err := s.Read(buf)
+		if first && bytes.HasPrefix(buf[:n], gzipMagic) {
+			lines = 0 // compressed: the lines are not countable here
+			textSize = gzipTextSize(s, start)
+			break
+		}
 		lines += bytes.Count(buf[:n], []byte{'\n'})
 		if err != nil {
 			if err != io.EOF {
@@ -332,12 +534,32 @@ func countLines(r io.Reader) (int, error) {
 		}
 	}
 	if _, err := s.Seek(start, io.SeekStart); err != nil {
-		return 0, fmt.Errorf("history: going back after counting lines: %w", err)
+		return 0, 0, fmt.Errorf("history: going back after counting lines: %w", err)
 	}
 	if rerr != nil {
-		return 0, nil // let the decoder meet the error where it is
+		return 0, 0, nil // let the decoder meet the error where it is
 	}
-	return lines, nil
+	return lines, textSize, nil
+}
+
+// gzipTextSize is the size of the text of the gzip stream s holds from
+// start: the ISIZE of its trailer (RFC 1952: the size modulo 2^32, of the
+// last member), 0 when that cannot be read or is implausible (a stream cut
+// short ends with anything) for text of that compressed size.
+func gzipTextSize(s io.ReadSeeker, start int64) int {
+	end, err := s.Seek(-4, io.SeekEnd)
+	if err != nil {
+		return 0
+	}
+	var t [4]byte
+	if _, err := io.ReadFull(s, t[:]); err != nil {
+		return 0
+	}
+	size, packed := int64(binary.LittleEndian.Uint32(t[:])), end+4-start
+	if size < packed || size > 64*packed {
+		return 0
+	}
+	return int(size)
 }
 
 // readChunks decodes the rest of d's input.
@@ -374,16 +596,31 @@ func readChunks(d *Decoder) ([]Op, error) {
 	return append(ops, cur...), err
 }
 
-// Read decodes a whole history and pairs its operations.
-// A header, if any, is the History's Header.
+// Read decodes a whole history, plain or gzip-compressed, and pairs its
+// operations. A header, if any, is the History's Header.
 func Read(r io.Reader) (*History, error) {
+	return read(r, false)
+}
+
+// ReadTolerant is Read for a history whose writer may have stopped in the
+// middle of it (a crash): a last record cut short, or a gzip stream without
+// its end, is ignored and described by the History's Cut (see
+// Decoder.TolerateCut). Anything malformed before the last line is an error,
+// as with Read.
+func ReadTolerant(r io.Reader) (*History, error) {
+	return read(r, true)
+}
+
+func read(r io.Reader, tolerate bool) (*History, error) {
 	d := NewDecoder(r)
+	d.tolerate = tolerate
 	ops, err := readAll(r, d)
 	if err != nil {
 		return nil, err
 	}
 	h := build(ops, true)
 	h.Header = d.Header()
+	h.Cut = d.Cut()
 	return h, nil
 }
 
@@ -404,13 +641,16 @@ func ParseRecord(line []byte, op *Op) error {
 type scanErr struct {
 	col int // 0-based
 	msg string
+	// eol: the line ended where the record needed more (a proper prefix of
+	// a record: what a writer that stopped in the middle of one leaves).
+	eol bool
 }
 
 func errAt(b []byte, i int, what string) *scanErr {
 	if i >= len(b) {
-		return &scanErr{i, "unexpected end of line, " + what}
+		return &scanErr{i, "unexpected end of line, " + what, true}
 	}
-	return &scanErr{i, fmt.Sprintf("invalid character %s, %s", quoteChar(b[i]), what)}
+	return &scanErr{col: i, msg: fmt.Sprintf("invalid character %s, %s", quoteChar(b[i]), what)}
 }
 
 func quoteChar(c byte) string {
@@ -506,7 +746,7 @@ func (d *Decoder) value(b []byte, i, f int, op *Op) (int, *scanErr) {
 		}
 		t, ok := parseType(s)
 		if !ok {
-			return i, &scanErr{i, fmt.Sprintf("unknown record type %q (want invoke, ok, fail or info)", s)}
+			return i, &scanErr{col: i, msg: fmt.Sprintf("unknown record type %q (want invoke, ok, fail or info)", s)}
 		}
 		op.Type = t
 		return next, nil
@@ -563,7 +803,7 @@ func (d *Decoder) value(b []byte, i, f int, op *Op) (int, *scanErr) {
 	case fProc:
 		op.Process = int(n)
 		if int64(op.Process) != n {
-			return i, &scanErr{i, "proc out of range"}
+			return i, &scanErr{col: i, msg: "proc out of range"}
 		}
 	case fToken:
 		op.Token = n
@@ -603,7 +843,7 @@ func (d *Decoder) typeErr(b []byte, i, f int, want string) *scanErr {
 	if _, e := skipValue(b, i, 0); e != nil {
 		return e
 	}
-	return &scanErr{i, fmt.Sprintf("field %q must be %s or null", fieldNames[f], want)}
+	return &scanErr{col: i, msg: fmt.Sprintf("field %q must be %s or null", fieldNames[f], want)}
 }
 
 func isNull(b []byte, i int) bool {
@@ -634,7 +874,7 @@ func scanInt(b []byte, i int) (int64, int, *scanErr) {
 		if neg {
 			return 0, i, errAt(b, i, "expected a digit in a number")
 		}
-		return 0, i, &scanErr{start, ""}
+		return 0, i, &scanErr{col: start, msg: ""}
 	}
 	var u uint64
 	overflow := false
@@ -656,13 +896,13 @@ func scanInt(b []byte, i int) (int64, int, *scanErr) {
 		if e != nil {
 			return 0, end, e
 		}
-		return 0, start, &scanErr{start, fmt.Sprintf("number %s is not an integer", b[start:end])}
+		return 0, start, &scanErr{col: start, msg: fmt.Sprintf("number %s is not an integer", b[start:end])}
 	}
 	if !neg && u > 1<<63-1 {
 		overflow = true
 	}
 	if overflow {
-		return 0, start, &scanErr{start, fmt.Sprintf("number %s does not fit in 64 bits", b[start:i])}
+		return 0, start, &scanErr{col: start, msg: fmt.Sprintf("number %s does not fit in 64 bits", b[start:i])}
 	}
 	if neg {
 		return -int64(u), i, nil
@@ -727,7 +967,7 @@ func skipValue(b []byte, i, depth int) (int, *scanErr) {
 		return skipLiteral(b, i, "null")
 	case c == '{' || c == '[':
 		if depth >= maxDepth {
-			return i, &scanErr{i, "value nested too deeply"}
+			return i, &scanErr{col: i, msg: "value nested too deeply"}
 		}
 		return skipComposite(b, i, depth+1)
 	}
@@ -799,7 +1039,7 @@ func skipString(b []byte, i int) (int, *scanErr) {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 			case 'u':
 				if _, ok := hex4(b, j+1); !ok {
-					return j, &scanErr{j - 1, "invalid \\u escape in a string"}
+					return j, &scanErr{j - 1, "invalid \\u escape in a string", hexPrefix(b, j+1)}
 				}
 				j += 4
 			default:
@@ -808,6 +1048,20 @@ func skipString(b []byte, i int) (int, *scanErr) {
 		}
 	}
 	return len(b), errAt(b, len(b), "in a string (missing closing quote)")
+}
+
+// hexPrefix reports whether b[i:] is shorter than 4 bytes and all hex
+// digits: a \u escape the end of the line cut.
+func hexPrefix(b []byte, i int) bool {
+	if len(b)-i >= 4 {
+		return false
+	}
+	for _, c := range b[i:] {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return false
+		}
+	}
+	return true
 }
 
 func hex4(b []byte, i int) (rune, bool) {
@@ -892,7 +1146,7 @@ func (d *Decoder) unquote(b []byte, i, j int) ([]byte, int, *scanErr) {
 			case 'u':
 				r, ok := hex4(b, j+2)
 				if !ok {
-					return nil, j, &scanErr{j, "invalid \\u escape in a string"}
+					return nil, j, &scanErr{j, "invalid \\u escape in a string", hexPrefix(b, j+2)}
 				}
 				j += 6
 				if utf16.IsSurrogate(r) {

@@ -2,6 +2,7 @@ package history_test
 
 import (
 	"bytes"
+	"compress/gzip"
 	"sync"
 	"testing"
 
@@ -19,6 +20,31 @@ func BenchmarkReadMillionLines(b *testing.B) {
 	b.ResetTimer()
 	for k := 0; k < b.N; k++ {
 		h, err := history.Read(bytes.NewReader(data))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(h.Records) != 1_000_000 {
+			b.Fatalf("%d records", len(h.Records))
+		}
+	}
+}
+
+// BenchmarkReadMillionLinesGzip is BenchmarkReadMillionLines on the history
+// gzip-compressed, as coordtorture writes histories (MB/s counts the text).
+func BenchmarkReadMillionLinesGzip(b *testing.B) {
+	data := millionLines()
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	if _, err := zw.Write(data); err != nil {
+		b.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(data)))
+	b.ResetTimer()
+	for k := 0; k < b.N; k++ {
+		h, err := history.Read(bytes.NewReader(buf.Bytes()))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -298,6 +298,9 @@ type History struct {
 	End int64
 	// Header is the history's header, nil when it has none (Read sets it).
 	Header *Header
+	// Cut says how the history was cut short by its writer, nil when it
+	// was not (ReadTolerant sets it).
+	Cut *Cut
 }
 
 // New checks that records form a well-formed history (the rules of FORMAT.md:

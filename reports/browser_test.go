@@ -22,7 +22,7 @@ import (
 )
 
 // chromium finds the headless chromium the test drives: $COORDTORTURE_CHROMIUM,
-// else the tree scripts/fetch-chromium.sh (run by `make servers`) puts in
+// else the tree scripts/fetch-chromium.sh (run by `make browser`) puts in
 // $COORDTORTURE_SERVERS_DIR/chromium (default <repo>/.servers/chromium). A
 // missing chromium fails the test, unless COORDTORTURE_SKIP_CHROMIUM=1.
 func chromium(t *testing.T) string {
@@ -55,7 +55,7 @@ func chromium(t *testing.T) string {
 	tree := filepath.Join(dir, "chromium")
 	m, err := os.ReadFile(filepath.Join(tree, "MANIFEST"))
 	if err != nil || !bytes.Contains(m, []byte("\ncomplete: yes\n")) {
-		t.Fatalf("no headless chromium in %s: run `make servers` (scripts/fetch-chromium.sh) to fetch Debian's, "+
+		t.Fatalf("no headless chromium in %s: run `make browser` (scripts/fetch-chromium.sh) to fetch Debian's, "+
 			"or set COORDTORTURE_CHROMIUM to a chromium binary, or COORDTORTURE_SKIP_CHROMIUM=1 to skip this test", tree)
 	}
 	return filepath.Join(tree, "chromium")

@@ -1,8 +1,8 @@
 // Package reports renders scenario outcomes: a text summary, JSON, JUnit XML
 // (one test case per scenario × property), a self-contained HTML page (verdict
 // table, per-scenario timelines of lock holders and faults, latency
-// histograms), porcupine's visualizations, and every history as JSONL that
-// cmd/fencecheck can check again offline.
+// histograms), porcupine's visualizations, and every history as gzip-compressed
+// JSONL that cmd/fencecheck can check again offline.
 package reports
 
 import (
@@ -127,9 +127,10 @@ func (r *Run) Overall() scenarios.Verdict {
 	return scenarios.Worst(vs...)
 }
 
-// HistoryFile is the file name of an outcome's history inside a run directory.
+// HistoryFile is the file name of an outcome's history inside a run directory
+// (gzip-compressed JSONL: history.WriteFile).
 func HistoryFile(o *scenarios.Outcome) string {
-	return filepath.Join("histories", strings.ReplaceAll(o.Scenario, "/", "__")+"."+o.Impl+"."+o.Build+".jsonl")
+	return filepath.Join("histories", strings.ReplaceAll(o.Scenario, "/", "__")+"."+o.Impl+"."+o.Build+".jsonl.gz")
 }
 
 // TerminalEvidence is how many evidence entries of a property the terminal
@@ -605,7 +606,7 @@ func WriteJUnit(w io.Writer, r *Run) error {
 }
 
 // WriteDir writes summary.txt, report.json, junit.xml, index.html,
-// histories/*.jsonl and, for every property whose checker drew one, its
+// histories/*.jsonl.gz and, for every property whose checker drew one, its
 // porcupine visualization (viz/*.html, see VisualizationFile) into dir
 // (created if needed).
 func WriteDir(dir string, r *Run) error {
@@ -627,30 +628,9 @@ func WriteDir(dir string, r *Run) error {
 		}
 	}
 	for _, o := range r.Outcomes {
-		f, err := os.Create(filepath.Join(dir, HistoryFile(o)))
-		if err != nil {
-			return err
-		}
-		if o.Header != nil {
-			// The run's expectations first: fencecheck then reaches the
-			// run's verdict offline.
-			line, err := history.AppendHeader(nil, o.Header)
-			if err == nil {
-				_, err = f.Write(line)
-			}
-			if err != nil {
-				f.Close()
-				return err
-			}
-		}
-		enc := history.NewEncoder(f)
-		for i := range o.Records {
-			if err := enc.Encode(&o.Records[i]); err != nil {
-				f.Close()
-				return err
-			}
-		}
-		if err := f.Close(); err != nil {
+		// The run's expectations (header) first: fencecheck then reaches
+		// the run's verdict offline.
+		if err := history.WriteFile(filepath.Join(dir, HistoryFile(o)), o.Header, o.Records); err != nil {
 			return err
 		}
 	}

@@ -3,13 +3,43 @@
 #
 # Before sourcing, set:
 #   prog  the name errors are prefixed with
-#   dest  the .servers directory (private apt states go to $dest/.apt/<suite>/)
+#   dest  the .servers directory (private apt states go to $dest/.apt/$prog/<suite>/:
+#         one per script, so fetch-servers.sh and fetch-chromium.sh may run at once)
 # Env:    COORDTORTURE_DEBIAN_MIRROR the Debian archive URI (default: the first URIs: of
 #                                    the system's own Debian apt sources)
 #
 # Provides mirror, apt_for SUITE (sets APT_OPTS and APT_ROOT), closure PKG…,
 # versions PKG… and version_of PKG (candidate versions), deb_of PKG (the downloaded
 # .deb of PKG's candidate version) and loader_of TREE (the tree's dynamic loader).
+#
+# The apt state (package indexes, caches, downloaded .debs: hundreds of MB) is only
+# needed during a fetch: sourcing this file removes what an interrupted run or an
+# older layout ($dest/.apt/<suite>/) left, and apt_cleanup, run on exit (set as the
+# EXIT trap here; a script that sets its own EXIT trap must call it), removes this
+# script's state, whether the fetch succeeded or not.
+
+apt_dir=$dest/.apt
+# apt_cleanup removes this script's private apt state, and .apt itself once empty.
+apt_cleanup() {
+  rm -rf "${apt_dir:?}/${prog:?}"
+  rmdir "$apt_dir" 2>/dev/null || true
+}
+# Leftovers: this script's own state (a killed run) and the old per-suite layout,
+# whichever script left them; another script's state may be in use (make -j).
+if [ -d "$apt_dir" ]; then
+  for d in "$apt_dir"/*; do
+    [ -d "$d" ] || continue
+    case "${d##*/}" in
+      fetch-*) [ "${d##*/}" = "$prog" ] || continue;;
+    esac
+    echo "$prog: removing the private apt state $d left by an earlier fetch ($(du -sh "$d" | cut -f1))" >&2
+    rm -rf "$d"
+  done
+  rmdir "$apt_dir" 2>/dev/null || true
+fi
+trap apt_cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 mirror() {
   if [ -n "${COORDTORTURE_DEBIAN_MIRROR:-}" ]; then echo "$COORDTORTURE_DEBIAN_MIRROR"; return; fi
@@ -35,7 +65,7 @@ check_keyring() {
 # apt_for SUITE: prepares a private apt state for SUITE and sets APT_OPTS.
 declare -A updated=()
 apt_for() {
-  local suite=$1 root=$dest/.apt/$1
+  local suite=$1 root=$apt_dir/$prog/$1
   check_keyring
   mkdir -p "$root/etc/sources.list.d" "$root/etc/preferences.d" "$root/state/lists/partial" "$root/cache/archives/partial" "$root/debs"
   printf 'deb [signed-by=%s] %s %s main\n' "$keyring" "$(mirror)" "$suite" >"$root/etc/sources.list"
@@ -50,7 +80,7 @@ apt_for() {
     -o "Debug::NoLocking=1")
   APT_ROOT=$root
   if [ -z "${updated[$suite]:-}" ]; then
-    echo "$prog: reading the $suite package index" >&2
+    echo "$prog: ${APT_STEP:-}reading the Debian $suite package index…" >&2
     apt-get -q "${APT_OPTS[@]}" update >"$root/update.log" 2>&1 || { cat "$root/update.log" >&2; exit 1; }
     updated[$suite]=1
   fi

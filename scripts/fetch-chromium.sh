@@ -15,13 +15,16 @@
 #   .servers/chromium/chromium --headless --no-sandbox --disable-gpu \
 #     --user-data-dir="$(mktemp -d)" --dump-dom file:///path/to/index.html
 #
-# Usage: scripts/fetch-chromium.sh
+# Usage: scripts/fetch-chromium.sh   (`make browser`; `make test` runs it, `make torture`
+#        does not: only reports/browser_test.go needs chromium)
 # Env:   COORDTORTURE_SERVERS_DIR   where the tree goes (default: <repo>/.servers)
 #        COORDTORTURE_DEBIAN_MIRROR the Debian archive URI (default: from the system's
 #                                   apt sources)
 #        COORDTORTURE_CHROMIUM      a chromium of your own: nothing is fetched
 #        COORDTORTURE_SKIP_CHROMIUM=1  nothing is fetched (the report test skips)
 # Idempotent: a tree whose manifest is complete (for this location) is left alone.
+# The private apt state (debian-apt.sh) is removed once the tree is unpacked, and on
+# any exit.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -56,7 +59,7 @@ for p in "${pkgs[@]}"; do
   [ -n "${VERSION[$p]:-}" ] || { echo "$prog: $suite offers no $p" >&2; exit 1; }
   [ -n "$(deb_of "$p" "${VERSION[$p]}")" ] || need+=("$p")
 done
-echo "$prog: chromium $ver from $suite, ${#pkgs[@]} packages (${#need[@]} to download)" >&2
+echo "$prog: chromium $ver from $suite: ${#pkgs[@]} packages (${#need[@]} to download, about 160 MB)…" >&2
 if [ ${#need[@]} -gt 0 ]; then
   (cd "$APT_ROOT/debs" && apt-get -q "${APT_OPTS[@]}" download "${need[@]}" >"$APT_ROOT/download-chromium.log" 2>&1) ||
     { cat "$APT_ROOT/download-chromium.log" >&2; exit 1; }
@@ -83,6 +86,7 @@ for p in "${pkgs[@]}"; do
   echo "  - $p ${VERSION[$p]}" >>"$tree.tmp/MANIFEST.tmp"
 done
 # Packages do not share files; unpack them in parallel (chromium alone is ~90 MB of xz).
+echo "$prog: unpacking ${#debs[@]} packages into $tree (about 520 MB)…" >&2
 printf '%s\0' "${debs[@]}" | xargs -0 -n 4 -P "$(nproc 2>/dev/null || echo 2)" sh -c \
   'for f; do dpkg-deb -x "$f" "$0" || exit 255; done' "$tree.tmp"
 
@@ -106,6 +110,8 @@ for exe in "${exes[@]}"; do
   bad=$(echo "$out" | awk -v t="$tree.tmp/" '/not found/ {print; next} /=>/ && index($3, t) != 1 {print}')
   [ -z "$bad" ] || { echo "$prog: $exe needs libraries the tree lacks:" >&2; echo "$bad" >&2; exit 1; }
 done
+
+apt_cleanup # the .debs are unpacked: the apt state is no longer needed
 
 # Point the executables at the tree's loader (its final location).
 patchelf=("$ld" --library-path "$libs" "$tree.tmp/usr/bin/patchelf")
@@ -144,7 +150,8 @@ chmod +x "$tree.tmp/chromium"
 mv "$tree.tmp" "$tree"
 # A smoke run: headless chromium renders a page and runs its script.
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+trap 'rm -rf "$tmp"; apt_cleanup' EXIT
+echo "$prog: smoke test: headless chromium renders a page…" >&2
 got=$(timeout -k 5 60 "$tree/chromium" --headless --no-sandbox --disable-gpu --no-first-run \
   --user-data-dir="$tmp" --dump-dom \
   'data:text/html,<p id="x"></p><script>document.getElementById("x").textContent="smoke "+(1+1)</script>' 2>"$tmp/stderr") ||

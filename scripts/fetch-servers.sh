@@ -11,8 +11,16 @@
 #        COORDTORTURE_DEBIAN_MIRROR the Debian archive URI (default: the first URIs: of
 #                                   the system's own Debian apt sources)
 # Idempotent: a tree whose manifest is complete is left alone.
-# The private apt lives in debian-apt.sh; `make servers` also runs fetch-chromium.sh
-# (headless chromium for the HTML report test).
+# The private apt lives in debian-apt.sh and is removed when the script exits. Headless
+# chromium for the HTML report test is fetch-chromium.sh's (`make browser`).
+#
+# Each tree gets launchers: .servers/<name>/bin/<program> for every program of
+# usr/bin (redis-server, redis-cli, …), a shell script that runs it on the tree's
+# own loader and libraries with the arguments it was given, so a server can be
+# started by hand:
+#
+#   .servers/redis-8.0/bin/redis-server --port 7000 --save ''
+#   .servers/redis-8.0/bin/redis-cli -p 7000 ping
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -42,16 +50,49 @@ prog=fetch-servers
 # shellcheck source=scripts/debian-apt.sh
 . "$here/scripts/debian-apt.sh"
 
+# write_launchers TREE: TREE/bin/<program> for every program of TREE/usr/bin, each
+# a shell script that finds the tree from its own location (the tree may move) and
+# execs the program through the tree's loader. Rewritten only when missing or
+# different (a tree fetched before launchers existed gets them on the next run).
+write_launchers() {
+  local tree=$1 rel exe name text n=0
+  rel=$(awk '/^loader:/{print $2}' "$tree/MANIFEST")
+  [ -n "$rel" ] || { echo "fetch-servers: $tree/MANIFEST names no loader" >&2; exit 1; }
+  mkdir -p "$tree/bin"
+  for exe in "$tree"/usr/bin/*; do
+    [ -f "$exe" ] && [ -x "$exe" ] || continue
+    name=${exe##*/}
+    text="#!/bin/sh
+# Written by scripts/fetch-servers.sh: runs $name ($(awk '/^server:/{s=$2} /^version:/{v=$2} /^suite:/{d=$2} END{print s, v, "from Debian", d}' "$tree/MANIFEST"))
+# on the tree's own dynamic loader and libraries, passing its arguments through.
+t=\$(dirname \"\$(dirname \"\$(readlink -f \"\$0\")\")\")
+exec \"\$t/$rel\" --library-path \"\$t/lib/x86_64-linux-gnu:\$t/usr/lib/x86_64-linux-gnu\" \"\$t/usr/bin/$name\" \"\$@\""
+    if [ "$(cat "$tree/bin/$name" 2>/dev/null)" != "$text" ]; then
+      printf '%s\n' "$text" >"$tree/bin/$name.tmp"
+      chmod +x "$tree/bin/$name.tmp"
+      mv "$tree/bin/$name.tmp" "$tree/bin/$name"
+      n=$((n + 1))
+    fi
+  done
+  [ $n = 0 ] || echo "fetch-servers: ${tree##*/}: wrote $n launchers in $tree/bin/" >&2
+}
+
+total=0
+for b in "${builds[@]}"; do set -- $b; selected "$1" && total=$((total + 1)); done
+k=0
 for b in "${builds[@]}"; do
   set -- $b
   name=$1 suite=$2 srv=$3 tools=$4 prefix=$5 bin=$6
   selected "$name" || continue
+  k=$((k + 1))
   tree=$dest/$name
   if [ -f "$tree/MANIFEST" ] && grep -q '^complete: yes$' "$tree/MANIFEST"; then
-    echo "fetch-servers: $name present ($(awk '/^version:/{print $2}' "$tree/MANIFEST"))" >&2
+    echo "fetch-servers: $name ($k of $total) present ($(awk '/^version:/{print $2}' "$tree/MANIFEST"))" >&2
+    write_launchers "$tree"
     continue
   fi
   start=$(date +%s)
+  APT_STEP="$name ($k of $total): "
   apt_for "$suite"
   ver=$(version_of "$srv")
   upstream=${ver#*:}
@@ -60,7 +101,7 @@ for b in "${builds[@]}"; do
     *) echo "fetch-servers: $name wants $srv $prefix* from $suite, the suite offers '$ver'" >&2; exit 1;;
   esac
   mapfile -t pkgs < <(closure "$srv" "$tools" libfaketime)
-  echo "fetch-servers: $name: $srv $ver from $suite, ${#pkgs[@]} packages" >&2
+  echo "fetch-servers: $name ($k of $total): $srv $ver from $suite: downloading and unpacking ${#pkgs[@]} packages…" >&2
   (cd "$APT_ROOT/debs" && apt-get -q "${APT_OPTS[@]}" download "${pkgs[@]}" >"$APT_ROOT/download-$name.log" 2>&1) ||
     { cat "$APT_ROOT/download-$name.log" >&2; exit 1; }
   rm -rf "$tree.tmp"; mkdir -p "$tree.tmp"
@@ -98,7 +139,9 @@ for b in "${builds[@]}"; do
   { echo "reports: $got"; echo "complete: yes"; } >>"$tree.tmp/MANIFEST.tmp"
   mv "$tree.tmp/MANIFEST.tmp" "$tree.tmp/MANIFEST"
   rm -rf "$tree"; mv "$tree.tmp" "$tree"
-  echo "fetch-servers: $name ready in $(( $(date +%s) - start ))s: $got" >&2
+  write_launchers "$tree"
+  echo "fetch-servers: $name ready in $(( $(date +%s) - start ))s ($(du -sm "$tree" | cut -f1) MB): $got" >&2
+  rm -f "$APT_ROOT"/debs/*.deb # the tree has them unpacked
 done
 
 # The clock-skew shim (scripts/clockskew/clockskew.c; why not libfaketime: see there).
@@ -112,3 +155,5 @@ if [ ! -f "$shim" ] || [ "$shim_src" -nt "$shim" ]; then
   mv "$shim.tmp" "$shim"
   echo "fetch-servers: built $shim" >&2
 fi
+apt_cleanup
+echo "fetch-servers: done: $total builds in $dest (launchers: $dest/<build>/bin/), no apt state left" >&2

@@ -38,9 +38,9 @@ fault (baseline) or a glob ('*/pause-*'); flags and patterns may come in any
 order, and a pattern that matches no scenario is an error.
 
 Each run writes DIR/summary.txt, report.json, junit.xml, index.html, prim.log (what
-the primitives logged) and histories/*.jsonl (check them again with fencecheck: each
-starts with a header of the run's expectations and options, so fencecheck reaches the
-run's verdicts).
+the primitives logged) and histories/*.jsonl.gz (gzip-compressed JSONL; check them
+again with fencecheck: each starts with a header of the run's expectations and
+options, so fencecheck reaches the run's verdicts).
 ` + exitText + `
 Providers: "local" (default) starts the servers itself (make servers fetches them)
 and injects faults. "external" runs the fault-free workloads against a deployment

@@ -137,7 +137,7 @@ func TestRunWritesReportAndExitCodes(t *testing.T) {
 	if code := run(args, &out, &errb); code != 0 {
 		t.Fatalf("baseline: exit %d\n%s\n%s", code, out.String(), errb.String())
 	}
-	for _, f := range []string{"summary.txt", "report.json", "junit.xml", "histories/fenced-lock__baseline.prim." + build() + ".jsonl"} {
+	for _, f := range []string{"summary.txt", "report.json", "junit.xml", "histories/fenced-lock__baseline.prim." + build() + ".jsonl.gz"} {
 		if st, err := os.Stat(filepath.Join(dir, "ok", f)); err != nil || st.Size() == 0 {
 			t.Fatalf("%s: %v", f, err)
 		}

@@ -55,7 +55,7 @@ func TestExitStatusOfTheREADMECommands(t *testing.T) {
 			t.Errorf("bin/coordtorture %v: exit %d, want %d with %q:\n%s", tc.args, got, tc.want, tc.out, out)
 		}
 	}
-	if out, err := exec.Command(filepath.Join(bin, "fencecheck"), filepath.Join(dir, "mutant", "histories", "fenced-lock__pause-client.mutant-resource-ignores-tokens."+build()+".jsonl")).CombinedOutput(); status(err) != 1 {
+	if out, err := exec.Command(filepath.Join(bin, "fencecheck"), filepath.Join(dir, "mutant", "histories", "fenced-lock__pause-client.mutant-resource-ignores-tokens."+build()+".jsonl.gz")).CombinedOutput(); status(err) != 1 {
 		t.Errorf("bin/fencecheck on the mutant's history: exit %d, want 1:\n%s", status(err), out)
 	}
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"compress/gzip"
 	"fmt"
 	"os"
 	"os/exec"
@@ -49,12 +50,31 @@ func TestMain(m *testing.M) {
 // are the CPU time of the same spans (garbage collection included): steadier
 // than wall time on a shared machine.
 func BenchmarkFencecheckMillionLines(b *testing.B) {
-	data := millionLines()
-	path := filepath.Join(b.TempDir(), "million.jsonl")
-	if err := os.WriteFile(path, data, 0o644); err != nil {
+	benchMillionLines(b, "million.jsonl", millionLines())
+}
+
+// BenchmarkFencecheckMillionLinesGzip is BenchmarkFencecheckMillionLines on
+// the same history gzip-compressed, as coordtorture writes histories
+// (MB/s counts the uncompressed text).
+func BenchmarkFencecheckMillionLinesGzip(b *testing.B) {
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	if _, err := zw.Write(millionLines()); err != nil {
 		b.Fatal(err)
 	}
-	b.SetBytes(int64(len(data)))
+	if err := zw.Close(); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(buf.Len())/1e6, "file-MB")
+	benchMillionLines(b, "million.jsonl.gz", buf.Bytes())
+}
+
+func benchMillionLines(b *testing.B, name string, file []byte) {
+	path := filepath.Join(b.TempDir(), name)
+	if err := os.WriteFile(path, file, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(millionLines())))
 	var decode, check, decodeCPU, checkCPU, runCPU time.Duration
 	b.ResetTimer()
 	for k := 0; k < b.N; k++ {

@@ -1,9 +1,10 @@
 // Command fencecheck checks recorded coordination histories offline.
 //
-//	fencecheck [flags] HISTORY.jsonl...
+//	fencecheck [flags] HISTORY.jsonl[.gz]...
 //
-// It reads each history (JSON Lines, see history/FORMAT.md; "-" or no
-// argument reads standard input), runs the chosen checkers of package models
+// It reads each history (JSON Lines, see history/FORMAT.md, plain or
+// gzip-compressed; "-" or no argument reads standard input; a last record
+// cut short by a crash is reported and ignored), runs the chosen checkers of package models
 // (by default those of the history's header, with the run's options and
 // expectations, else every checker that applies to the operations present),
 // judges them as coordtorture does (models.Judge), prints one verdict line

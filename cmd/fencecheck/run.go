@@ -33,15 +33,23 @@ const formatHelp = `Input: JSON Lines, one record per line, as written by coordt
   t     nanoseconds, monotonic, non-decreasing  + key, field, token, owner, ttl_ms, value, err, n,
                                                   count, gen, seq, capacity, algo, limit, ...
   ok = happened, fail = definitely did not happen, info = unknown (may happen later).
-Malformed input is reported with its line and column and exits 2.
+A gzip-compressed history (coordtorture writes histories/*.jsonl.gz) is read as
+its text; gzip is recognised by its magic bytes, whatever the file's name.
+A last line cut short (its writer crashed) is reported and ignored, and so is
+the missing end of a gzip stream: the records before it are checked.
+Malformed input anywhere else is reported with its line and column and exits 2.
 `
 
 // fileReport is the --json form of one input.
 type fileReport struct {
-	File    string `json:"file"`
+	File string `json:"file"`
+	// Records is the number of records read, Ops the operations they form.
 	Records int    `json:"records"`
 	Ops     int    `json:"ops"`
 	Error   string `json:"error,omitempty"`
+	// Cut says what the end of a history cut short by a crash lacked (it
+	// was ignored); nil for a complete history.
+	Cut *history.Cut `json:"cut,omitempty"`
 	// Header is the history's header: the run whose expectations were
 	// applied (nil: none, every violation is FAIL).
 	Header *history.Header `json:"header,omitempty"`
@@ -136,7 +144,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		rep.Files = append(rep.Files, fr)
 		worst = combine(worst, fileExit(fr))
 		if !cfg.json {
-			printText(stdout, fr, len(files) > 1)
+			printText(stdout, fr)
 		}
 	}
 	rep.Exit = worst
@@ -188,7 +196,7 @@ func checkFile(name string, stdin io.Reader, cfg config, written map[string]bool
 		defer f.Close()
 		r = f
 	}
-	h, err := history.Read(r)
+	h, err := history.ReadTolerant(r)
 	if err != nil {
 		fr.Error = err.Error()
 		fmt.Fprintf(stderr, "fencecheck: %s: %v\n", fr.File, err)
@@ -196,6 +204,7 @@ func checkFile(name string, stdin io.Reader, cfg config, written map[string]bool
 	}
 	fr.Records, fr.Ops = len(h.Records), len(h.Ops)
 	fr.Header = h.Header
+	fr.Cut = h.Cut
 	props, opts, custom, err := plan(h, cfg, &fr)
 	if err != nil {
 		fr.Error = err.Error()
@@ -349,9 +358,10 @@ func writeHTML(dir, input string, res models.Result, written map[string]bool) (s
 	return path, os.WriteFile(path, res.Visualization, 0o644)
 }
 
-func printText(w io.Writer, fr fileReport, header bool) {
-	if header || fr.Error != "" {
-		fmt.Fprintf(w, "== %s: %d records, %d operations\n", fr.File, fr.Records, fr.Ops)
+func printText(w io.Writer, fr fileReport) {
+	fmt.Fprintf(w, "== %s: %s, %s\n", fr.File, plural(fr.Records, "record"), plural(fr.Ops, "operation"))
+	if fr.Cut != nil {
+		fmt.Fprintf(w, "  %s\n", fr.Cut)
 	}
 	if hd := fr.Header; hd != nil {
 		fmt.Fprintf(w, "header: %s [%s, %s] seed %d: the run's properties, expectations and checker options\n",
@@ -405,6 +415,14 @@ var hazardWords = map[string]string{
 	"no effect": "not shown: no fault was seen to have the effect the hazard needs (a hazard-kind violation is FAIL)",
 }
 
+// plural is "1 record", "2 records".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
 func orDash(s string) string {
 	if s == "" {
 		return "-"
@@ -413,11 +431,11 @@ func orDash(s string) string {
 }
 
 func usage(fs *flag.FlagSet, w io.Writer) {
-	fmt.Fprintf(w, `Usage: fencecheck [flags] HISTORY.jsonl...
+	fmt.Fprintf(w, `Usage: fencecheck [flags] HISTORY.jsonl[.gz]...
 
 Checks recorded coordination histories offline. With no file, or "-", reads
-standard input. Prints one verdict line per property (PASS, FAIL with the
-operations involved, UNKNOWN) per file.
+standard input. Prints, per file, the records it read, then one verdict line
+per property (PASS, FAIL with the operations involved, UNKNOWN).
 
 A history coordtorture wrote starts with a header carrying the run's
 expectations: fencecheck then runs exactly the run's checkers with the run's

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordtorture/coordtorture/history"
 	"github.com/coordtorture/coordtorture/reports"
 	"github.com/coordtorture/coordtorture/scenarios"
 	_ "github.com/coordtorture/coordtorture/scenarios/mutants"
@@ -105,7 +107,16 @@ func TestSameVerdictAsTheRun(t *testing.T) {
 				return
 			}
 			// Without the header the hazard's violations are plain FAILs.
-			data, err := os.ReadFile(path)
+			f, err := os.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			text, err := history.NewTextReader(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			data, err := io.ReadAll(text)
 			if err != nil {
 				t.Fatal(err)
 			}
