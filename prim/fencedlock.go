@@ -85,22 +85,21 @@ func (c *Coordinator) tryFenced(ctx context.Context, lk, ck string, ttl time.Dur
 	args := []any{owner, ttl.Milliseconds()}
 	sent := time.Now()
 	run := func(ctx context.Context) cmdResult {
-		// The first attempt goes with resends off: if it fails to dial, nothing
-		// was sent and the failure is definite. go-redis's own resends would
-		// hide that, returning the last attempt's dial error even when an
-		// earlier attempt was written.
+		// The first attempt goes with resends off: if it fails before anything
+		// was written (a failed dial, a pool timeout, a closed client), or the
+		// server refuses it for good (NOPERM, WRONGTYPE…), the failure is
+		// definite. go-redis's own resends would hide that, returning the last
+		// attempt's error even when an earlier attempt was written.
 		v, err := evalScript(ctx, c.client, scriptFencedAcquire, false, []string{lk, ck}, args...).Result()
-		if err == nil || errors.Is(err, redis.Nil) || dialFailed(err) {
+		if !worthResending(err) {
 			return cmdResult{v: v, err: err}
 		}
-		// Anything else is sent again, as go-redis would have resent it (a lost
-		// reply, READONLY or LOADING during a failover, a pool timeout): the
-		// script recognises its own owner token, and go-redis's resends are on
-		// from here. A failed dial from here on may follow a written attempt,
-		// so it is uncertain.
-		written := uncertainAfterSend(err)
+		// A lost reply, or a refusal that passes (READONLY or LOADING during a
+		// failover, TRYAGAIN, max clients): sent again, as go-redis would have,
+		// with its resends on from here. The script recognises its own owner
+		// token, so a resend that finds the first run's lease answers it.
 		v, err = evalScript(ctx, c.client, scriptFencedAcquire, true, []string{lk, ck}, args...).Result()
-		return cmdResult{v: v, err: err, resent: true, written: written}
+		return cmdResult{v: v, err: err, resent: true}
 	}
 	late := func(r cmdResult) {
 		if r.err != nil {
@@ -154,30 +153,47 @@ func (c *Coordinator) tryFenced(ctx context.Context, lk, ck string, ttl time.Dur
 }
 
 type cmdResult struct {
-	v       any
-	err     error
-	resent  bool // sent a second time: a failed dial no longer proves nothing ran
-	written bool // the first attempt may have run (it got no reply from the server)
+	v      any
+	err    error
+	resent bool // sent through go-redis's resends: an attempt may have run
 }
 
 // outcomeUnknown reports whether r's error leaves the acquisition's outcome
-// unknown. Sent once, that is uncertain's rule. Sent again after a first
-// attempt that may have run (a lost reply), no error of the resend tells
-// what the first one did — a READONLY or a pool timeout of the resend
-// included — so every error is uncertain. Sent again after the server
-// refused the first attempt (READONLY, LOADING during a failover), the
-// resend's error is judged as a command go-redis may have resent.
+// unknown. Sent once, that is uncertain's rule. Sent through go-redis's
+// resends, every error is: go-redis returns its last attempt's error, and an
+// earlier attempt (or the first, lost, one) may have run — a READONLY, a pool
+// timeout or a failed dial of the last attempt says nothing of those.
 func (r cmdResult) outcomeUnknown() bool {
 	switch {
 	case r.err == nil:
 		return false
-	case !r.resent:
-		return uncertain(r.err)
-	case r.written:
-		return true
+	case r.resent:
+		return !errors.Is(r.err, redis.Nil)
 	default:
-		return uncertainAfterSend(r.err)
+		return uncertain(r.err)
 	}
+}
+
+// worthResending reports whether the first, single, attempt's error is one
+// go-redis would have sent the command again for, and whose outcome a resend
+// can settle: no reply (a lost or cut connection, a read timeout), or a
+// refusal that passes (READONLY, LOADING, MASTERDOWN, CLUSTERDOWN, TRYAGAIN,
+// NOREPLICAS, max clients). Nil, a failed dial, a pool timeout, a closed
+// client, a cancelled context and every other server reply are final.
+func worthResending(err error) bool {
+	switch {
+	case err == nil, errors.Is(err, redis.Nil), dialFailed(err),
+		errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrClosed),
+		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return false
+	}
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return true // no reply from the server: the command may have run
+	}
+	return redis.IsReadOnlyError(err) || redis.IsLoadingError(err) || redis.IsMasterDownError(err) ||
+		redis.IsClusterDownError(err) || redis.IsTryAgainError(err) || redis.IsMaxClientsError(err) ||
+		redis.IsNoReplicasError(err)
 }
 
 // parseFenced reads the acquisition script's reply: the token, or

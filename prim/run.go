@@ -114,18 +114,12 @@ func bounded[T any](ctx context.Context, f func(context.Context) T, late func(T)
 // to get a connection at all — pool timeout, closed client, refused or failed
 // dial — when nothing was sent.
 //
-// A command go-redis may resend must not use it: the error of its last attempt
-// may be a dial error after an earlier attempt was written (see tryFenced).
+// A command go-redis may have sent more than once must not use it: go-redis
+// returns its last attempt's error, and an earlier attempt may have run (see
+// tryFenced's cmdResult.outcomeUnknown).
 func uncertain(err error) bool {
-	return !dialFailed(err) && uncertainAfterSend(err)
-}
-
-// uncertainAfterSend is uncertain for a command that may already have been
-// written: every error but a server reply, redis.Nil, a pool timeout or a
-// closed client (go-redis returns those only before writing) leaves the
-// outcome unknown, a failed dial of a later attempt included.
-func uncertainAfterSend(err error) bool {
-	if err == nil || errors.Is(err, redis.Nil) || errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrClosed) {
+	if err == nil || errors.Is(err, redis.Nil) || errors.Is(err, redis.ErrPoolTimeout) ||
+		errors.Is(err, redis.ErrClosed) || dialFailed(err) {
 		return false
 	}
 	var re redis.Error
