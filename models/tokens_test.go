@@ -112,8 +112,12 @@ func TestTokenOrderDense(t *testing.T) {
 // them is a distinct state). When they cannot explain the jump (58 tokens
 // missing), the sweep, exact on a counter, decides: FAIL, saying porcupine
 // timed out. When they can (40 missing) and porcupine times out (given a
-// microsecond: it decides this one in well under 200ms), nothing decided
-// the key: UNKNOWN, never PASS.
+// microsecond), nothing decided the key: UNKNOWN, never PASS. Porcupine
+// decides that history in about 2ms, and its timeout is a select between its
+// result and a timer: on a loaded machine both may be ready and the result
+// win, a correct PASS that says nothing of the timeout path. So that case is
+// tried up to 50 times and must time out at least once; every try that timed
+// out must be UNKNOWN.
 func TestTokenOrderTimeoutIsUnknown(t *testing.T) {
 	for _, tc := range []struct {
 		last    int64
@@ -127,6 +131,9 @@ func TestTokenOrderTimeoutIsUnknown(t *testing.T) {
 		b.ok(99, 100, 110, acq("k", tc.last, 100))
 		start := time.Now()
 		r := CheckTokenOrder(b.build(t), Options{DenseTokens: true, Timeout: tc.timeout})
+		for try := 1; tc.want == Unknown && r.Verdict == Pass && try < 50; try++ {
+			r = CheckTokenOrder(b.build(t), Options{DenseTokens: true, Timeout: tc.timeout})
+		}
 		expect(t, r, tc.want, "timed out")
 		if d := time.Since(start); d > 20*time.Second {
 			t.Errorf("took %v", d)
