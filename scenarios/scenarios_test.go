@@ -36,11 +36,22 @@ func run(t *testing.T, name, impl string, seed int64) *scenarios.Outcome {
 	if err != nil || len(ss) != 1 {
 		t.Fatalf("%s: %v %v", name, ss, err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	out, err := scenarios.Run(ctx, ss[0], scenarios.Config{Build: build(), Duration: duration(), Seed: seed, Impl: impl, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if progressUnjudged(out) {
+		// A loaded machine (CI beside other work) may complete fewer than the
+		// progress check's 20 operations of one kind in a short run's healthy
+		// periods: UNKNOWN, honestly. Run it once more, twice as long; an
+		// UNKNOWN then stands.
+		t.Logf("%s %s: progress could not be judged in %v; running it again for %v", impl, name, duration(), 2*duration())
+		out, err = scenarios.Run(ctx, ss[0], scenarios.Config{Build: build(), Duration: 2 * duration(), Seed: seed, Impl: impl, Logf: t.Logf})
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, r := range out.Results {
 		t.Logf("%s %s/%s: %-7s %s", impl, name, r.Checker, r.Verdict, r.Result.Summary)
@@ -52,6 +63,25 @@ func run(t *testing.T, name, impl string, seed int64) *scenarios.Outcome {
 		}
 	}
 	return out
+}
+
+// progressUnjudged reports whether the outcome's only UNKNOWN is the
+// progress check's "cannot be judged" (too few operations in its healthy
+// periods) and nothing failed.
+func progressUnjudged(out *scenarios.Outcome) bool {
+	found := false
+	for _, r := range out.Results {
+		switch {
+		case r.Verdict == scenarios.Fail:
+			return false
+		case r.Verdict != scenarios.Unknown:
+		case r.Checker == "progress" && strings.Contains(r.Result.String(), "cannot be judged"):
+			found = true
+		default:
+			return false
+		}
+	}
+	return found
 }
 
 func verdictOf(out *scenarios.Outcome, checker string) scenarios.Verdict {
