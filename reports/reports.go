@@ -32,7 +32,8 @@ type Run struct {
 	Outcomes []*scenarios.Outcome `json:"outcomes"`
 	// DecidedBy, when not nil, names the implementations whose verdicts
 	// decide the overall verdict, whatever ran: a replay keeps the rule of
-	// the run it replays. Nil: Deciding's rule.
+	// the run it replays. Nil: Deciding's rule. report.json states it as
+	// "overall_from", which UnmarshalJSON reads back into it.
 	DecidedBy []string `json:"-"`
 	// Interrupted reports a run cut short (SIGINT, SIGTERM): its overall
 	// verdict is UNKNOWN at best, since scenarios did not run.
@@ -50,6 +51,27 @@ func (r *Run) MarshalJSON() ([]byte, error) {
 		OverallFrom []string          `json:"overall_from"`
 		Comparison  []string          `json:"comparison,omitempty"`
 	}{(*plain)(r), r.Overall(), r.Deciding(), r.Comparison()})
+}
+
+// UnmarshalJSON reads a run MarshalJSON wrote: its "overall_from" becomes
+// DecidedBy, so a run read back (by replay) keeps the rule it stated (a
+// replay --all of an --impl all run: prim decides though only peers ran).
+// Without "overall_from" (older reports) DecidedBy stays nil: Deciding's
+// rule.
+func (r *Run) UnmarshalJSON(b []byte) error {
+	type plain Run
+	var v struct {
+		*plain
+		OverallFrom []string `json:"overall_from"`
+	}
+	v.plain = (*plain)(r)
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	if v.OverallFrom != nil {
+		r.DecidedBy = v.OverallFrom
+	}
+	return nil
 }
 
 // Verdict is the worst verdict of every outcome of the run, the comparison

@@ -233,3 +233,30 @@ func TestSummaryReadable(t *testing.T) {
 		t.Errorf("terminal: the table and the overall verdict come last:\n%s", ts)
 	}
 }
+
+// TestReportJSONKeepsItsRule: report.json's overall_from is read back as the
+// run's DecidedBy, so a run (a replay --all of an --impl all run, say) where
+// only a peer failed reads back with prim deciding: the overall verdict and
+// the deciding implementations are those the run stated, not the peer's.
+func TestReportJSONKeepsItsRule(t *testing.T) {
+	r := comparisonRun()
+	r.Outcomes = r.Outcomes[1:2] // redislock's FAIL alone
+	r.DecidedBy = []string{"prim"}
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back reports.Run
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.Overall() != r.Overall() || fmt.Sprint(back.Deciding()) != fmt.Sprint(r.Deciding()) || back.Overall() != scenarios.Pass {
+		t.Errorf("read back: overall %s from %v; written: overall %s from %v", back.Overall(), back.Deciding(), r.Overall(), r.Deciding())
+	}
+	// A report.json without overall_from (older runs) keeps Deciding's rule.
+	var old reports.Run
+	if err := json.Unmarshal([]byte(`{"outcomes":[{"impl":"redislock","verdict":"FAIL"}]}`), &old); err != nil ||
+		old.Overall() != scenarios.Fail || fmt.Sprint(old.Deciding()) != "[redislock]" {
+		t.Errorf("without overall_from: overall %s from %v (%v)", old.Overall(), old.Deciding(), err)
+	}
+}
