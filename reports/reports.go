@@ -559,7 +559,8 @@ type junitMessage struct {
 // WriteJUnit writes one test case per scenario × property: FAIL and UNKNOWN
 // are failures, HAZARD passes with its evidence in system-out, N/A is
 // skipped with its reason. A run that went wrong (its Error) adds a failing
-// case named "run". The implementations shown for comparison (Run.Comparison:
+// case named "run", and so does an interrupted run (in a suite of its own).
+// The implementations shown for comparison (Run.Comparison:
 // the peers and mutants beside prim) are suites named "… (comparison)" whose
 // cases never fail: their verdict and evidence are in system-out. So the
 // file has a failure exactly when the overall verdict, and the exit status,
@@ -618,6 +619,16 @@ func WriteJUnit(w io.Writer, r *Run) error {
 		out.Tests += s.Tests
 		out.Failures += s.Failures
 		out.Skipped += s.Skipped
+	}
+	if r.Interrupted {
+		// Not every scenario ran: the overall verdict is UNKNOWN at best
+		// (exit status 2) whatever those that finished said, so a failing
+		// case says so.
+		msg := "interrupted: not every scenario ran (SIGINT or SIGTERM), so the overall verdict is UNKNOWN at best"
+		out.Suites = append(out.Suites, junitSuite{Name: "coordtorture (interrupted)", Tests: 1, Failures: 1,
+			Cases: []junitCase{{Name: "run", ClassName: "coordtorture", Failure: &junitMessage{Message: msg, Body: r.Command}}}})
+		out.Tests++
+		out.Failures++
 	}
 	if _, err := io.WriteString(w, xml.Header); err != nil {
 		return err

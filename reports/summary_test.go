@@ -260,3 +260,42 @@ func TestReportJSONKeepsItsRule(t *testing.T) {
 		t.Errorf("without overall_from: overall %s from %v (%v)", old.Overall(), old.Deciding(), err)
 	}
 }
+
+// TestInterruptedJUnitFails: an interrupted run's overall verdict is
+// UNKNOWN (exit status 2) even when every outcome that finished passed, and
+// junit.xml has a failure then too: a case "run" that says it was
+// interrupted (it only named UNKNOWN in the root, with no failing case).
+func TestInterruptedJUnitFails(t *testing.T) {
+	r := &reports.Run{Interrupted: true, Outcomes: []*scenarios.Outcome{{Scenario: "fenced-lock/baseline", Impl: "prim", Build: "redis-8.0",
+		Verdict: scenarios.Pass, Results: []scenarios.PropertyResult{{Checker: "exclusion", Expect: "must hold", Verdict: scenarios.Pass,
+			Result: models.Result{Checker: "exclusion", Verdict: models.Pass}}}}}}
+	var b bytes.Buffer
+	if err := reports.WriteJUnit(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	var junit struct {
+		Name     string `xml:"name,attr"`
+		Failures int    `xml:"failures,attr"`
+		Suites   []struct {
+			Name     string `xml:"name,attr"`
+			Failures int    `xml:"failures,attr"`
+			Cases    []struct {
+				Name    string `xml:"name,attr"`
+				Failure *struct {
+					Message string `xml:"message,attr"`
+				} `xml:"failure"`
+			} `xml:"testcase"`
+		} `xml:"testsuite"`
+	}
+	if err := xml.Unmarshal(b.Bytes(), &junit); err != nil {
+		t.Fatal(err)
+	}
+	if r.Overall().ExitStatus() != 2 || junit.Failures != 1 || junit.Name != "coordtorture: overall UNKNOWN" {
+		t.Fatalf("interrupted run, exit status %d: junit has %d failures, name %q\n%s", r.Overall().ExitStatus(), junit.Failures, junit.Name, b.String())
+	}
+	last := junit.Suites[len(junit.Suites)-1]
+	if last.Failures != 1 || len(last.Cases) != 1 || last.Cases[0].Name != "run" || last.Cases[0].Failure == nil ||
+		!strings.HasPrefix(last.Cases[0].Failure.Message, "interrupted: ") {
+		t.Errorf("no failing case says the run was interrupted:\n%s", b.String())
+	}
+}
