@@ -13,7 +13,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -219,7 +218,7 @@ func writeSummary(w io.Writer, r *Run, terminal bool) error {
 		}
 		line := fmt.Sprintf("  %s [%s]: hazard %s", o.Scenario, o.Impl, hazardWords[o.Hazard])
 		for _, ef := range o.Effects {
-			line += "\n    " + Readable(ef)
+			line += "\n    " + ef
 		}
 		hz = append(hz, line)
 	}
@@ -260,7 +259,7 @@ func writeSummary(w io.Writer, r *Run, terminal bool) error {
 			if before, _, ok := strings.Cut(sum, "; first: "); ok && shown > 0 {
 				sum = before // the first entry follows
 			}
-			fmt.Fprintf(w, "\n%s %s [%s]%s %s (%s, seed %d): %s\n", p.Verdict, o.Scenario, o.Impl, role, p.Checker, p.Expect, o.Seed, Readable(sum))
+			fmt.Fprintf(w, "\n%s %s [%s]%s %s (%s, seed %d): %s\n", p.Verdict, o.Scenario, o.Impl, role, p.Checker, p.Expect, o.Seed, sum)
 			for _, e := range ev[:shown] {
 				text := evidenceText(e, terminal)
 				fmt.Fprintf(w, "  %s\n", strings.ReplaceAll(text, "\n", "\n  "))
@@ -451,31 +450,6 @@ func Seconds(ns int64) string {
 	return fmt.Sprintf("%.3fs", float64(ns)/1e9)
 }
 
-var (
-	// nsTime is a history time as the checkers write it ("2577644073ns").
-	nsTime = regexp.MustCompile(`\b(\d+)ns\b`)
-	// maybePlural is "3 violation(s)", "1 info acquisition(s)".
-	maybePlural = regexp.MustCompile(`\b(\d+)((?: [a-z][a-z-]*){0,2}?) ([a-z][a-z-]*)\(s\)`)
-)
-
-// Readable rewrites a checker's text for a person: its history times in
-// seconds from the run's start ("2.578s", not "2577644073ns") and its
-// "N thing(s)" with the plural the count takes.
-func Readable(s string) string {
-	s = nsTime.ReplaceAllStringFunc(s, func(m string) string {
-		n, err := strconv.ParseInt(strings.TrimSuffix(m, "ns"), 10, 64)
-		if err != nil {
-			return m
-		}
-		return Seconds(n)
-	})
-	return maybePlural.ReplaceAllStringFunc(s, func(m string) string {
-		g := maybePlural.FindStringSubmatch(m)
-		n, _ := strconv.Atoi(g[1])
-		return g[1] + g[2] + " " + pluralWord(n, g[3])
-	})
-}
-
 // EvidenceText is an evidence entry as the text surfaces print it: its
 // message, then one line per operation, times in seconds from the run's
 // start.
@@ -486,7 +460,7 @@ func evidenceText(e models.Evidence, terminal bool) string {
 	if e.Key != "" {
 		fmt.Fprintf(&b, "key %q: ", e.Key)
 	}
-	b.WriteString(Readable(e.Msg))
+	b.WriteString(e.Msg)
 	for k := range e.Ops {
 		if terminal && k == terminalOps {
 			fmt.Fprintf(&b, "\n    … %s more", plural(len(e.Ops)-k, "operation"))
@@ -583,7 +557,7 @@ func WriteJUnit(w io.Writer, r *Run) error {
 			if more := moreText(p.Result, len(ev), false); more != "" {
 				ev = append(ev, more)
 			}
-			msg := fmt.Sprintf("%s (%s): %s", p.Verdict, p.Expect, Readable(p.Result.Summary))
+			msg := fmt.Sprintf("%s (%s): %s", p.Verdict, p.Expect, p.Result.Summary)
 			switch p.Verdict {
 			case scenarios.Fail, scenarios.Unknown:
 				if !decides {

@@ -534,7 +534,7 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		if unsupported > 0 && len(impls) == 1 {
-			fmt.Fprintf(stderr, "coordtorture: %d selected scenario run(s) do not apply to %s and are skipped\n", unsupported, f.impl)
+			fmt.Fprintf(stderr, "coordtorture: %s of the selection skipped: not applicable to %s\n", plural(unsupported, "scenario run"), f.impl)
 		}
 	}
 	out := f.out
