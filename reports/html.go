@@ -331,7 +331,7 @@ func buildOutcome(i int, o *scenarios.Outcome, budget int) *pageOutcome {
 					break
 				}
 				nev++
-				text := e.String()
+				text := EvidenceText(e)
 				if len(text) > maxEvidenceText {
 					text = text[:maxEvidenceText] + " …"
 				}

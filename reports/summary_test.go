@@ -321,4 +321,10 @@ func TestPagePlurals(t *testing.T) {
 		i := strings.Index(page, "(s)")
 		t.Errorf("index.html: %q", page[max(0, i-80):min(len(page), i+20)])
 	}
+	// Its evidence and the timeline's hover texts give an operation's times
+	// in seconds, as summary.txt does (they gave "[3034000000, 3035500000]").
+	if strings.Contains(page, "3034000000") || !strings.Contains(page, "[3.034s – 3.035s]") {
+		i := strings.Index(page, "3034000000")
+		t.Errorf("index.html gives an operation's times in ns: %q", page[max(0, i-80):min(len(page), i+40)])
+	}
 }
