@@ -20,7 +20,7 @@ func CheckExclusion(h *history.History, o Options) Result {
 	hs := buildHolds(h, int64(o.Drift), func(m mode) bool { return m == modeExclusive })
 	c := newCollector(o)
 	sweepConflicts(h, hs.holds, c, func(a, b mode) bool { return true })
-	r := c.result("exclusion", len(hs.holds), fmt.Sprintf("%d validity windows on %d locks, none overlapping", len(hs.holds), countIDs(hs.holds)))
+	r := c.result("exclusion", len(hs.holds), fmt.Sprintf("%s on %s, none overlapping", Plural(len(hs.holds), "validity window"), Plural(countIDs(hs.holds), "lock")))
 	r.Elapsed = time.Since(start)
 	return r
 }
@@ -35,7 +35,7 @@ func CheckReadWrite(h *history.History, o Options) Result {
 	hs := buildHolds(h, int64(o.Drift), func(m mode) bool { return m == modeRead || m == modeWrite })
 	c := newCollector(o)
 	sweepConflicts(h, hs.holds, c, func(a, b mode) bool { return a == modeWrite || b == modeWrite })
-	r := c.result("rw-exclusion", len(hs.holds), fmt.Sprintf("%d read/write windows on %d leases, writers always alone", len(hs.holds), countIDs(hs.holds)))
+	r := c.result("rw-exclusion", len(hs.holds), fmt.Sprintf("%s on %s, writers always alone", Plural(len(hs.holds), "read/write window"), Plural(countIDs(hs.holds), "lease")))
 	r.Elapsed = time.Since(start)
 	return r
 }
@@ -184,7 +184,7 @@ func CheckSemaphore(h *history.History, o Options) Result {
 				if len(ops) > 2*int(limit)+4 {
 					ops = ops[:2*int(limit)+4]
 				}
-				c.fail(KindOverCapacity, id.String(), fmt.Sprintf("%d permits held at %s, capacity %d", held, fmtT(e.t), limit), ops...)
+				c.fail(KindOverCapacity, id.String(), fmt.Sprintf("%s held at %s, capacity %d", Plural(held, "permit"), fmtT(e.t), limit), ops...)
 			} else if held <= limit {
 				over = false
 			}
@@ -205,7 +205,7 @@ func CheckSemaphore(h *history.History, o Options) Result {
 		}
 	}
 	flush(cur, len(idx))
-	r := c.result("semaphore", len(hs), fmt.Sprintf("%d permit windows on %d semaphores, never above capacity", len(hs), countIDs(hs)))
+	r := c.result("semaphore", len(hs), fmt.Sprintf("%s on %s, never above capacity", Plural(len(hs), "permit window"), Plural(countIDs(hs), "semaphore")))
 	r.Elapsed = time.Since(start)
 	return r
 }

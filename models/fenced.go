@@ -72,7 +72,7 @@ func CheckFencedResource(h *history.History, o Options) Result {
 	} else if seqKeys > 0 {
 		order = fmt.Sprintf("seq order on %d, real-time order on %d", seqKeys, len(keys)-seqKeys)
 	}
-	r := c.result("fenced-resource", n, fmt.Sprintf("%d writes to %d resources (%s): no stale write accepted, no current write rejected, no token reused by another owner", n, len(keys), order))
+	r := c.result("fenced-resource", n, fmt.Sprintf("%s to %s (%s): no stale write accepted, no current write rejected, no token reused by another owner", Plural(n, "write"), Plural(len(keys), "resource"), order))
 	r.Elapsed = time.Since(start)
 	return r
 }

@@ -53,7 +53,7 @@ func TestFencedResourceFail(t *testing.T) {
 	}{
 		"stale write accepted": {new(builder).ok(1, 0, 10, write("r", 5)).ok(2, 20, 30, write("r", 4)), "stale write accepted: token 4"},
 		"unfenced resource": {new(builder).ok(1, 0, 10, write("r", 7)).ok(2, 20, 30, write("r", 3)).ok(1, 40, 50, write("r", 8)).
-			ok(2, 60, 70, write("r", 3)), "2 violation(s)"},
+			ok(2, 60, 70, write("r", 3)), "2 violations"},
 		"current write rejected":   {new(builder).ok(1, 0, 10, write("r", 5)).fail(2, 20, 30, write("r", 6)), "write with token 6 rejected"},
 		"equal token rejected":     {new(builder).ok(1, 0, 10, write("r", 5)).fail(2, 20, 30, write("r", 5)), "write with token 5 rejected"},
 		"first write rejected":     {new(builder).fail(1, 0, 10, write("r", 1)), "rejected"},

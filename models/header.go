@@ -73,7 +73,7 @@ func FaultsNotHappened(h *history.History, nemesis bool, scheduled int) []string
 		}
 	}
 	if ran < scheduled {
-		out = append(out, fmt.Sprintf("%d of the %d scheduled nemesis events did not happen: the run ended first", scheduled-ran, scheduled))
+		out = append(out, fmt.Sprintf("%d of the %s did not happen: the run ended first", scheduled-ran, Plural(scheduled, "scheduled nemesis event")))
 	}
 	if nemesis && scheduled == 0 {
 		out = append(out, "no fault was scheduled: the scenario's faults need a longer run")

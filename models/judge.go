@@ -232,7 +232,7 @@ func judgeViolations(p Property, r *Result, effects []Effect) Judgement {
 		if r.Evidence[0].Key != "" {
 			first = fmt.Sprintf("key %q: %s", r.Evidence[0].Key, first)
 		}
-		r.Summary = fmt.Sprintf("%d violation(s): %s; first: %s", r.Violations, strings.Join(parts, ", "), first)
+		r.Summary = fmt.Sprintf("%s: %s; first: %s", Plural(r.Violations, "violation"), strings.Join(parts, ", "), first)
 	}
 	return v
 }

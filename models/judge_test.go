@@ -74,7 +74,7 @@ func TestJudge(t *testing.T) {
 	if r.Evidence[0].Kind != KindStaleWrite || !r.Evidence[1].Hazard {
 		t.Fatalf("evidence order %+v", r.Evidence)
 	}
-	want := "2280 violation(s): 1 stale-write (FAIL), 2279 token-reused (hazard); first: stale write accepted"
+	want := "2280 violations: 1 stale-write (FAIL), 2279 token-reused (hazard); first: stale write accepted"
 	if r.Summary != want {
 		t.Fatalf("summary %q, want %q", r.Summary, want)
 	}

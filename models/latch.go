@@ -194,8 +194,8 @@ func CheckLatch(h *history.History, o Options) Result {
 					c.undecided(op.Key, fmt.Sprintf("wait on generation %d returned true: its initial count is not in the history and no count-down returned 0", op.Gen), op)
 					continue
 				}
-				c.fail(KindLatch, op.Key, fmt.Sprintf("wait on generation %d returned true at %s, but only %d of %d count-downs had been invoked",
-					op.Gen, fmtT(op.Return), countLE(g.mayInv, op.Return), g.count), g.created, op)
+				c.fail(KindLatch, op.Key, fmt.Sprintf("wait on generation %d returned true at %s, but only %d of %s had been invoked",
+					op.Gen, fmtT(op.Return), countLE(g.mayInv, op.Return), Plural(g.count, "count-down")), g.created, op)
 			case history.ValueFalse:
 				if g.mayReplace > op.Return {
 					c.fail(KindLatch, op.Key, fmt.Sprintf("wait on generation %d returned false at %s, but the generation was neither replaced nor deleted", op.Gen, fmtT(op.Return)), g.created, op)
@@ -225,13 +225,13 @@ func CheckLatch(h *history.History, o Options) Result {
 				continue
 			}
 			if inv := int64(countLE(g.mayInv, op.Return)); inv < g.count-r {
-				c.fail(KindLatch, op.Key, fmt.Sprintf("count-down of generation %d returned %d (initial count %d) when at most %d count-down(s) had been invoked: decremented more than once",
-					op.Gen, r, g.count, inv), g.created, op)
+				c.fail(KindLatch, op.Key, fmt.Sprintf("count-down of generation %d returned %d (initial count %d) when at most %s had been invoked: decremented more than once",
+					op.Gen, r, g.count, Plural(inv, "count-down")), g.created, op)
 				continue
 			}
 			if done := int64(countLT(g.okRet, op.T)); r > max(g.count-done-1, 0) {
-				c.fail(KindLatch, op.Key, fmt.Sprintf("count-down of generation %d returned %d (initial count %d) after %d count-down(s) had completed: a decrement was lost",
-					op.Gen, r, g.count, done), g.created, op)
+				c.fail(KindLatch, op.Key, fmt.Sprintf("count-down of generation %d returned %d (initial count %d) after %s had completed: a decrement was lost",
+					op.Gen, r, g.count, Plural(done, "count-down")), g.created, op)
 				continue
 			}
 		}
@@ -247,7 +247,7 @@ func CheckLatch(h *history.History, o Options) Result {
 			}
 		}
 	}
-	r := c.result("latch", n, fmt.Sprintf("%d latch operations on %d generations: counts, waits and replacements consistent", n, len(gens)))
+	r := c.result("latch", n, fmt.Sprintf("%s on %s: counts, waits and replacements consistent", Plural(n, "latch operation"), Plural(len(gens), "generation")))
 	r.Elapsed = time.Since(start)
 	return r
 }

@@ -68,9 +68,9 @@ func CheckLeaks(h *history.History, o Options) Result {
 			clean++
 			continue
 		}
-		found := fmt.Sprintf("%d entries", s.Count)
+		found := Plural(s.Count, "entry")
 		if s.Value != "" {
-			found = fmt.Sprintf("%d entries: %s", s.Count, s.Value)
+			found = fmt.Sprintf("%s: %s", Plural(s.Count, "entry"), s.Value)
 		}
 		switch {
 		case latest == history.Never:
@@ -81,7 +81,7 @@ func CheckLeaks(h *history.History, o Options) Result {
 			c.fail(KindLeak, s.Key, fmt.Sprintf("leak: scan at %s, after every TTL had elapsed (%s), found %s", fmtT(s.T), fmtT(latest), found), s)
 		}
 	}
-	r := c.result("leaks", len(scans), fmt.Sprintf("%d final-state scan(s): nothing left behind", clean))
+	r := c.result("leaks", len(scans), Plural(clean, "final-state scan")+": nothing left behind")
 	r.Elapsed = time.Since(start)
 	return r
 }

@@ -321,8 +321,8 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 			}
 		}
 	}
-	r := c.result("lease-protocol", nOps, fmt.Sprintf("%d lease operations of %d owners on %d locks, consistent with one lease state per lock",
-		nOps, len(owners), len(kids)))
+	r := c.result("lease-protocol", nOps, fmt.Sprintf("%s of %s on %s, consistent with one lease state per lock",
+		Plural(nOps, "lease operation"), Plural(len(owners), "owner"), Plural(len(kids), "lock")))
 	r.Elapsed = time.Since(start)
 	return r
 }

@@ -199,7 +199,7 @@ func CheckLiveness(h *history.History, o Options) Result {
 		c.fail(KindStuckWaiter, hd.id.String(), fmt.Sprintf("lock %s by %s; proc %d waiting since %s had not acquired it by the deadline %s (bound %v; %s)",
 			how, fmtT(hd.freedAt), w.Process, fmtT(w.T), fmtT(deadline), o.WakeBound, next), ops...)
 	}
-	r := c.result("liveness", nWaiters, fmt.Sprintf("%d waiting acquisitions, %d free-lock events: every waiter served within %v", nWaiters, events, o.WakeBound))
+	r := c.result("liveness", nWaiters, fmt.Sprintf("%s, %s: every waiter served within %v", Plural(nWaiters, "waiting acquisition"), Plural(events, "free-lock event"), o.WakeBound))
 	r.Elapsed = time.Since(start)
 	return r
 }

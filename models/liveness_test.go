@@ -42,15 +42,15 @@ func TestLivenessFail(t *testing.T) {
 		want string
 	}{
 		"slept through a release": {new(builder).ok(1, m(0), m(1), acq("k", 1, 1000)).ok(1, m(100), m(101), rel("k")).
-			ok(2, m(50), m(112), acqWait("k", 2, 1000)), "lock released by 101000000ns"},
+			ok(2, m(50), m(112), acqWait("k", 2, 1000)), "lock released by 0.101s"},
 		"slept through an expiry": {new(builder).ok(1, m(0), m(1), acq("k", 1, 100)).ok(2, m(50), m(200), acqWait("k", 2, 1000)),
 			"lock expired"},
 		"sleeps forever": {new(builder).ok(1, m(0), m(1), acq("k", 1, 1000)).ok(1, m(100), m(101), rel("k")).
 			info(2, m(50), -1, acqWait("k", 0, 1000)).ok(3, m(300), m(301), history.Op{F: "noop"}), "never completed"},
 		"gave up while free": {new(builder).ok(1, m(0), m(1), acq("k", 1, 1000)).ok(1, m(100), m(101), rel("k")).
-			fail(2, m(50), m(300), acqWait("k", 0, 1000)), "waiting since 50000000ns"},
+			fail(2, m(50), m(300), acqWait("k", 0, 1000)), "waiting since 0.050s"},
 		"arrived while free": {new(builder).ok(1, m(0), m(1), acq("k", 1, 1000)).ok(1, m(100), m(101), rel("k")).
-			ok(2, m(200), m(300), acqWait("k", 2, 1000)), "waiting since 200000000ns"},
+			ok(2, m(200), m(300), acqWait("k", 2, 1000)), "waiting since 0.200s"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) { expect(t, CheckLiveness(c.b.build(t), live), Fail, c.want) })

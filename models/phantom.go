@@ -156,12 +156,12 @@ func CheckNoPhantomOwner(h *history.History, o Options) Result {
 	if held == 0 && c.n == 0 {
 		why := "no sample operation"
 		if samples > 0 {
-			why = fmt.Sprintf("none of %d samples (%d failed) saw the lock held", samples, failed)
+			why = fmt.Sprintf("none of %s (%d failed) saw the lock held", Plural(samples, "sample"), failed)
 		}
 		c.undecided("", why+": nothing to check")
 	}
-	r := c.result("no-phantom-owner", samples, fmt.Sprintf("%d samples (%d saw an owner, %d failed): every owner seen belongs to an acquisition that may have happened",
-		samples, held, failed))
+	r := c.result("no-phantom-owner", samples, fmt.Sprintf("%s (%d saw an owner, %d failed): every owner seen belongs to an acquisition that may have happened",
+		Plural(samples, "sample"), held, failed))
 	r.Elapsed = time.Since(start)
 	return r
 }

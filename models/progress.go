@@ -145,10 +145,10 @@ func CheckProgress(h *history.History, o Options) Result {
 		}
 	}
 	if judged == 0 {
-		c.undecided("", fmt.Sprintf("no healthy period (%d in all, %v after each heal) holds %d completions of one kind: progress cannot be judged", len(periods), o.RecoverBound, minOps))
+		c.undecided("", fmt.Sprintf("no healthy period (%d in all, %v after each heal) holds %s of one kind: progress cannot be judged", len(periods), o.RecoverBound, Plural(minOps, "completion")))
 	}
-	r := c.result("progress", total, fmt.Sprintf("%d operations in %d healthy periods: every kind answered at least %.0f%% of the time",
-		total, len(periods), 100*o.MinProgress))
+	r := c.result("progress", total, fmt.Sprintf("%s in %s: every kind answered at least %.0f%% of the time",
+		Plural(total, "operation"), Plural(len(periods), "healthy period"), 100*o.MinProgress))
 	if len(worst) > 0 {
 		r.Summary = fmt.Sprintf("no progress for %s: %s", strings.Join(worst, ", "), r.Summary)
 	}

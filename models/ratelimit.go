@@ -105,7 +105,7 @@ func CheckRateLimit(h *history.History, o Options) Result {
 	for _, key := range keys {
 		checkLimiter(h, key, *cfgs[key], grants[key], int64(o.Drift), c)
 	}
-	r := c.result("rate-limit", n, fmt.Sprintf("%d requests to %d limiters: grants within every algorithm's bound", n, len(keys)))
+	r := c.result("rate-limit", n, fmt.Sprintf("%s to %s: grants within every algorithm's bound", Plural(n, "request"), Plural(len(keys), "limiter")))
 	r.Elapsed = time.Since(start)
 	return r
 }
@@ -195,8 +195,8 @@ func windowBound(h *history.History, key string, gs []grant, span, bound int64, 
 	}
 	if count > 0 {
 		reportWindow(h, key, gs, worstA, addSat(worstA, span),
-			fmt.Sprintf("%s: %d permits granted within [%s, %s], bound %d (%d spans over the bound)",
-				name, worst, fmtT(worstA), fmtT(addSat(worstA, span)), bound, count), c)
+			fmt.Sprintf("%s: %s granted within [%s, %s], bound %d (%s over the bound)",
+				name, Plural(worst, "permit"), fmtT(worstA), fmtT(addSat(worstA, span)), bound, Plural(count, "span")), c)
 	}
 }
 
@@ -374,7 +374,7 @@ func bucketBound(h *history.History, key string, gs []grant, cfg limiterConfig, 
 	}
 	span := bestB - worstA
 	reportWindow(h, key, gs, worstA, bestB,
-		fmt.Sprintf("token bucket (burst %d, %d per %v): %d permits granted within [%s, %s] (span %v), bound %.1f (%d spans over the bound)",
-			cfg.burst, cfg.rate, time.Duration(cfg.period), granted, fmtT(worstA), fmtT(bestB), time.Duration(span),
-			float64(cfg.burst)+perNs*float64(span+drift), count), c)
+		fmt.Sprintf("token bucket (burst %d, %d per %v): %s granted within [%s, %s] (span %v), bound %.1f (%s over the bound)",
+			cfg.burst, cfg.rate, time.Duration(cfg.period), Plural(granted, "permit"), fmtT(worstA), fmtT(bestB), time.Duration(span),
+			float64(cfg.burst)+perNs*float64(span+drift), Plural(count, "span")), c)
 }

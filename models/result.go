@@ -32,6 +32,7 @@ package models
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -311,7 +312,7 @@ func (c *collector) result(name string, ops int, pass string) Result {
 		r.Verdict = Fail
 		r.Evidence = c.evidence
 		r.Kinds, r.Earliest = c.kinds, c.earliest
-		r.Summary = fmt.Sprintf("%d violation(s); first: %s", c.n, firstLine(c.evidence[0]))
+		r.Summary = fmt.Sprintf("%s; first: %s", Plural(c.n, "violation"), firstLine(c.evidence[0]))
 	case len(c.unknown) > 0:
 		r.Verdict = Unknown
 		r.Evidence = c.unknown
@@ -357,12 +358,23 @@ func addSat(a, b int64) int64 {
 	return s
 }
 
-// fmtT formats a history time (ns) for messages.
+// fmtT formats a history time (ns from the run's start) for messages, in
+// seconds as the report's timeline axis gives them, exactly: "3.034208s",
+// "2.577644073s" ("1.000s": three decimals at least), so that two times a
+// message contrasts never print the same.
 func fmtT(t int64) string {
 	if t == history.Never {
 		return "never"
 	}
-	return fmt.Sprintf("%dns", t)
+	sign := ""
+	if t < 0 {
+		sign, t = "-", -t
+	}
+	frac := strings.TrimRight(fmt.Sprintf("%09d", t%1e9), "0")
+	for len(frac) < 3 {
+		frac += "0"
+	}
+	return fmt.Sprintf("%s%d.%ss", sign, t/1e9, frac)
 }
 
 // lockID names one lock: a key, or a hash key and field.
@@ -390,4 +402,17 @@ func (id lockID) String() string {
 		return id.key
 	}
 	return id.key + "#" + id.field
+}
+
+// Plural is a count with its noun in the number it takes: "1 key", "2 keys",
+// "3 entries".
+func Plural[N ~int | ~int64](n N, word string) string {
+	count := strconv.FormatInt(int64(n), 10)
+	switch {
+	case n == 1:
+		return count + " " + word
+	case strings.HasSuffix(word, "y") && !strings.HasSuffix(word, "ey"):
+		return count + " " + word[:len(word)-1] + "ies"
+	}
+	return count + " " + word + "s"
 }

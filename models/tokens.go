@@ -175,9 +175,9 @@ func CheckTokenOrder(h *history.History, o Options) Result {
 		}
 	}
 	if big := len(keys) - len(small); big > 0 {
-		notes = append(notes, fmt.Sprintf("%d key(s) with more than %d acquisitions decided by the sweep alone", big, o.VisualizeLimit))
+		notes = append(notes, fmt.Sprintf("%s with more than %d acquisitions decided by the sweep alone", Plural(big, "key"), o.VisualizeLimit))
 	}
-	pass := fmt.Sprintf("%d acquisitions on %d keys: tokens unique and increasing in real-time order", n, len(keys))
+	pass := fmt.Sprintf("%s on %s: tokens unique and increasing in real-time order", Plural(n, "acquisition"), Plural(len(keys), "key"))
 	if porcupineVerdict != "" {
 		pass += " (" + porcupineVerdict + ")"
 	}
@@ -512,8 +512,8 @@ func tokenSweep(h *history.History, idx []int, dense bool) *tokenViolation {
 			eligible++
 		}
 		if missing > int64(eligible) {
-			return &tokenViolation{fmt.Sprintf("tokens missing between %d and %d: %d token(s) missing up to %d, and only %d info acquisition(s) invoked by %s, in time to have consumed one",
-				prev.Token, op.Token, missing, op.Token, eligible, fmtT(sufMin[j])), []*history.Operation{prev, op}}
+			return &tokenViolation{fmt.Sprintf("tokens missing between %d and %d: %s missing up to %d, and only %s invoked by %s, in time to have consumed one",
+				prev.Token, op.Token, Plural(missing, "token"), op.Token, Plural(eligible, "info acquisition"), fmtT(sufMin[j])), []*history.Operation{prev, op}}
 		}
 	}
 	return nil

@@ -276,7 +276,7 @@ func TestTokenOrderLargeKeySweep(t *testing.T) {
 	h := b.build(t)
 	expect(t, CheckTokenOrder(h, Options{DenseTokens: true}), Fail, "porcupine", "dense counter model")
 	r := CheckTokenOrder(h, Options{DenseTokens: true, VisualizeLimit: 5})
-	expect(t, r, Fail, "decided by the sweep alone", "tokens missing between 10 and 13: 2 token(s) missing up to 13, and only 1 info")
+	expect(t, r, Fail, "decided by the sweep alone", "tokens missing between 10 and 13: 2 tokens missing up to 13, and only 1 info")
 	if r.Kinds[KindNotLinearizable] != 1 || len(r.Evidence[0].Ops) != 2 || r.Evidence[0].Ops[1].Token != 13 {
 		t.Errorf("evidence: %s", describe(r))
 	}
@@ -291,14 +291,14 @@ func TestTokenSweepExtremes(t *testing.T) {
 		info(2, 12, -1, acq("k", 0, 100)).
 		ok(3, 20, 30, acq("k", math.MaxInt64, 100)).build(t)
 	idx := tokenKeys(h)["k"]
-	if v := tokenSweep(h, idx, true); v == nil || !strings.Contains(v.msg, fmt.Sprintf("%d token(s) missing", int64(math.MaxInt64))) {
+	if v := tokenSweep(h, idx, true); v == nil || !strings.Contains(v.msg, fmt.Sprintf("%d tokens missing", int64(math.MaxInt64))) {
 		t.Errorf("dense: %+v", v)
 	}
 	if v := tokenSweep(h, idx, false); v == nil || !strings.Contains(v.msg, "not above the counter's initial 0") {
 		t.Errorf("monotonic: %+v", v)
 	}
 	h = new(builder).ok(1, 0, 10, acq("k", 1, 100)).ok(3, 20, 30, acq("k", 7, 100)).build(t)
-	if v := tokenSweep(h, tokenKeys(h)["k"], true); v == nil || !strings.Contains(v.msg, "5 token(s) missing up to 7, and only 0 info") {
+	if v := tokenSweep(h, tokenKeys(h)["k"], true); v == nil || !strings.Contains(v.msg, "5 tokens missing up to 7, and only 0 info") {
 		t.Errorf("dense gap: %+v", v)
 	}
 }

@@ -42,12 +42,13 @@ const (
 var pageSource string
 
 var pageTemplate = template.Must(template.New("report").Funcs(template.FuncMap{
-	"f":    fmtCoord,
-	"fx":   fmtPlot,
-	"vcl":  verdictClass,
-	"isub": func(a, b int) int { return a - b },
-	"add":  func(a, b float64) float64 { return a + b },
-	"sub":  func(a, b float64) float64 { return a - b },
+	"f":      fmtCoord,
+	"fx":     fmtPlot,
+	"vcl":    verdictClass,
+	"isub":   func(a, b int) int { return a - b },
+	"add":    func(a, b float64) float64 { return a + b },
+	"sub":    func(a, b float64) float64 { return a - b },
+	"plural": plural,
 }).Parse(pageSource))
 
 // VisualizationFile is the file name, inside a run directory, of the
@@ -330,7 +331,7 @@ func buildOutcome(i int, o *scenarios.Outcome, budget int) *pageOutcome {
 					break
 				}
 				nev++
-				text := e.String()
+				text := EvidenceText(e)
 				if len(text) > maxEvidenceText {
 					text = text[:maxEvidenceText] + " …"
 				}

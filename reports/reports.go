@@ -13,7 +13,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,7 +31,8 @@ type Run struct {
 	Outcomes []*scenarios.Outcome `json:"outcomes"`
 	// DecidedBy, when not nil, names the implementations whose verdicts
 	// decide the overall verdict, whatever ran: a replay keeps the rule of
-	// the run it replays. Nil: Deciding's rule.
+	// the run it replays. Nil: Deciding's rule. report.json states it as
+	// "overall_from", which UnmarshalJSON reads back into it.
 	DecidedBy []string `json:"-"`
 	// Interrupted reports a run cut short (SIGINT, SIGTERM): its overall
 	// verdict is UNKNOWN at best, since scenarios did not run.
@@ -50,6 +50,27 @@ func (r *Run) MarshalJSON() ([]byte, error) {
 		OverallFrom []string          `json:"overall_from"`
 		Comparison  []string          `json:"comparison,omitempty"`
 	}{(*plain)(r), r.Overall(), r.Deciding(), r.Comparison()})
+}
+
+// UnmarshalJSON reads a run MarshalJSON wrote: its "overall_from" becomes
+// DecidedBy, so a run read back (by replay) keeps the rule it stated (a
+// replay --all of an --impl all run: prim decides though only peers ran).
+// Without "overall_from" (older reports) DecidedBy stays nil: Deciding's
+// rule.
+func (r *Run) UnmarshalJSON(b []byte) error {
+	type plain Run
+	var v struct {
+		*plain
+		OverallFrom []string `json:"overall_from"`
+	}
+	v.plain = (*plain)(r)
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	if v.OverallFrom != nil {
+		r.DecidedBy = v.OverallFrom
+	}
+	return nil
 }
 
 // Verdict is the worst verdict of every outcome of the run, the comparison
@@ -197,7 +218,7 @@ func writeSummary(w io.Writer, r *Run, terminal bool) error {
 		}
 		line := fmt.Sprintf("  %s [%s]: hazard %s", o.Scenario, o.Impl, hazardWords[o.Hazard])
 		for _, ef := range o.Effects {
-			line += "\n    " + Readable(ef)
+			line += "\n    " + ef
 		}
 		hz = append(hz, line)
 	}
@@ -238,7 +259,7 @@ func writeSummary(w io.Writer, r *Run, terminal bool) error {
 			if before, _, ok := strings.Cut(sum, "; first: "); ok && shown > 0 {
 				sum = before // the first entry follows
 			}
-			fmt.Fprintf(w, "\n%s %s [%s]%s %s (%s, seed %d): %s\n", p.Verdict, o.Scenario, o.Impl, role, p.Checker, p.Expect, o.Seed, Readable(sum))
+			fmt.Fprintf(w, "\n%s %s [%s]%s %s (%s, seed %d): %s\n", p.Verdict, o.Scenario, o.Impl, role, p.Checker, p.Expect, o.Seed, sum)
 			for _, e := range ev[:shown] {
 				text := evidenceText(e, terminal)
 				fmt.Fprintf(w, "  %s\n", strings.ReplaceAll(text, "\n", "\n  "))
@@ -429,31 +450,6 @@ func Seconds(ns int64) string {
 	return fmt.Sprintf("%.3fs", float64(ns)/1e9)
 }
 
-var (
-	// nsTime is a history time as the checkers write it ("2577644073ns").
-	nsTime = regexp.MustCompile(`\b(\d+)ns\b`)
-	// maybePlural is "3 violation(s)", "1 info acquisition(s)".
-	maybePlural = regexp.MustCompile(`\b(\d+)((?: [a-z][a-z-]*){0,2}?) ([a-z][a-z-]*)\(s\)`)
-)
-
-// Readable rewrites a checker's text for a person: its history times in
-// seconds from the run's start ("2.578s", not "2577644073ns") and its
-// "N thing(s)" with the plural the count takes.
-func Readable(s string) string {
-	s = nsTime.ReplaceAllStringFunc(s, func(m string) string {
-		n, err := strconv.ParseInt(strings.TrimSuffix(m, "ns"), 10, 64)
-		if err != nil {
-			return m
-		}
-		return Seconds(n)
-	})
-	return maybePlural.ReplaceAllStringFunc(s, func(m string) string {
-		g := maybePlural.FindStringSubmatch(m)
-		n, _ := strconv.Atoi(g[1])
-		return g[1] + g[2] + " " + pluralWord(n, g[3])
-	})
-}
-
 // EvidenceText is an evidence entry as the text surfaces print it: its
 // message, then one line per operation, times in seconds from the run's
 // start.
@@ -464,7 +460,7 @@ func evidenceText(e models.Evidence, terminal bool) string {
 	if e.Key != "" {
 		fmt.Fprintf(&b, "key %q: ", e.Key)
 	}
-	b.WriteString(Readable(e.Msg))
+	b.WriteString(e.Msg)
 	for k := range e.Ops {
 		if terminal && k == terminalOps {
 			fmt.Fprintf(&b, "\n    … %s more", plural(len(e.Ops)-k, "operation"))
@@ -537,7 +533,8 @@ type junitMessage struct {
 // WriteJUnit writes one test case per scenario × property: FAIL and UNKNOWN
 // are failures, HAZARD passes with its evidence in system-out, N/A is
 // skipped with its reason. A run that went wrong (its Error) adds a failing
-// case named "run". The implementations shown for comparison (Run.Comparison:
+// case named "run", and so does an interrupted run (in a suite of its own).
+// The implementations shown for comparison (Run.Comparison:
 // the peers and mutants beside prim) are suites named "… (comparison)" whose
 // cases never fail: their verdict and evidence are in system-out. So the
 // file has a failure exactly when the overall verdict, and the exit status,
@@ -560,7 +557,7 @@ func WriteJUnit(w io.Writer, r *Run) error {
 			if more := moreText(p.Result, len(ev), false); more != "" {
 				ev = append(ev, more)
 			}
-			msg := fmt.Sprintf("%s (%s): %s", p.Verdict, p.Expect, Readable(p.Result.Summary))
+			msg := fmt.Sprintf("%s (%s): %s", p.Verdict, p.Expect, p.Result.Summary)
 			switch p.Verdict {
 			case scenarios.Fail, scenarios.Unknown:
 				if !decides {
@@ -596,6 +593,16 @@ func WriteJUnit(w io.Writer, r *Run) error {
 		out.Tests += s.Tests
 		out.Failures += s.Failures
 		out.Skipped += s.Skipped
+	}
+	if r.Interrupted {
+		// Not every scenario ran: the overall verdict is UNKNOWN at best
+		// (exit status 2) whatever those that finished said, so a failing
+		// case says so.
+		msg := "interrupted: not every scenario ran (SIGINT or SIGTERM), so the overall verdict is UNKNOWN at best"
+		out.Suites = append(out.Suites, junitSuite{Name: "coordtorture (interrupted)", Tests: 1, Failures: 1,
+			Cases: []junitCase{{Name: "run", ClassName: "coordtorture", Failure: &junitMessage{Message: msg, Body: r.Command}}}})
+		out.Tests++
+		out.Failures++
 	}
 	if _, err := io.WriteString(w, xml.Header); err != nil {
 		return err

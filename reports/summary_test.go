@@ -24,13 +24,19 @@ func comparisonRun() *reports.Run {
 	prop := func(checker string, v scenarios.Verdict, n int) scenarios.PropertyResult {
 		mv := map[scenarios.Verdict]models.Verdict{scenarios.Pass: models.Pass, scenarios.Hazard: models.Fail,
 			scenarios.Fail: models.Fail, scenarios.Unknown: models.Unknown, scenarios.NA: models.Unknown}[v]
+		// As the checkers write them: counts in the right plural, times
+		// in seconds from the run's start.
+		violations := fmt.Sprintf("%d violations", n)
+		if n == 1 {
+			violations = "1 violation"
+		}
 		r := models.Result{Checker: checker, Verdict: mv, Violations: n,
-			Summary: fmt.Sprintf("%d violation(s); first: windows overlap: [2577644073ns, 2631147990ns)", n)}
+			Summary: violations + "; first: windows overlap: [2.577644073s, 2.63114799s)"}
 		if v == scenarios.NA {
 			r.Summary = "nothing to check: redislock hands out no fencing tokens"
 		}
 		for i := range min(n, 20) {
-			r.Evidence = append(r.Evidence, models.Evidence{Key: "k", Msg: fmt.Sprintf("%s evidence %d at %dns", checker, i, 1000000000+i),
+			r.Evidence = append(r.Evidence, models.Evidence{Key: "k", Msg: fmt.Sprintf("%s evidence %d at 1.%03ds", checker, i, i),
 				Ops: []history.Operation{{Op: history.Op{I: int64(i), F: "acquire", Key: "k", Type: history.OK, Token: 7, T: 3034000000}, Return: 3035500000, Done: true}}})
 		}
 		return scenarios.PropertyResult{Checker: checker, Expect: "may show hazard", Verdict: v, Result: r}
@@ -179,7 +185,7 @@ func TestSummaryReadable(t *testing.T) {
 		"token-order (may show hazard, seed 3): 721 violations\n",
 		"FAIL fenced-lock/failover-forced [mutant-resource-ignores-tokens] (comparison) fenced-resource (may show hazard, seed 3): 2 violations\n",
 		"exclusion (may show hazard, seed 3): 1 violation\n",
-		"token-order evidence 19 at 1.000s",
+		"token-order evidence 19 at 1.019s",
 		"#0 proc 0 acquire key=\"k\" ok token=7 [3.034s – 3.035s]",
 		"… 701 more violations (the checker keeps the first 20 as evidence",
 	} {
@@ -221,7 +227,7 @@ func TestSummaryReadable(t *testing.T) {
 	if strings.Count(ts, "token-order evidence") != reports.TerminalEvidence || !strings.Contains(ts, "… 719 more violations (summary.txt lists the first 20 of the 721)") {
 		t.Errorf("terminal evidence not capped at %d with the count of the rest:\n%s", reports.TerminalEvidence, ts)
 	}
-	if strings.Contains(ts, "fenced-resource evidence") || !strings.Contains(ts, "FAIL fenced-lock/failover-forced [redislock] (comparison) fenced-resource (may show hazard, seed 3): 4 violations; first: windows overlap: [2.578s, 2.631s)\n  (its evidence is in summary.txt)\n") {
+	if strings.Contains(ts, "fenced-resource evidence") || !strings.Contains(ts, "FAIL fenced-lock/failover-forced [redislock] (comparison) fenced-resource (may show hazard, seed 3): 4 violations; first: windows overlap: [2.577644073s, 2.63114799s)\n  (its evidence is in summary.txt)\n") {
 		t.Errorf("terminal: a comparison's FAIL is one line, without evidence:\n%s", ts)
 	}
 	if strings.Contains(ts, "3 info operations") || strings.Contains(ts, "redislock's effect") ||
@@ -231,5 +237,94 @@ func TestSummaryReadable(t *testing.T) {
 	table, evidence := strings.Index(ts, "SCENARIO"), strings.LastIndex(ts, "evidence 1 at")
 	if table < evidence || !strings.HasSuffix(ts, "\noverall: HAZARD (prim's verdicts, exit status 0)\n") {
 		t.Errorf("terminal: the table and the overall verdict come last:\n%s", ts)
+	}
+}
+
+// TestReportJSONKeepsItsRule: report.json's overall_from is read back as the
+// run's DecidedBy, so a run (a replay --all of an --impl all run, say) where
+// only a peer failed reads back with prim deciding: the overall verdict and
+// the deciding implementations are those the run stated, not the peer's.
+func TestReportJSONKeepsItsRule(t *testing.T) {
+	r := comparisonRun()
+	r.Outcomes = r.Outcomes[1:2] // redislock's FAIL alone
+	r.DecidedBy = []string{"prim"}
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back reports.Run
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.Overall() != r.Overall() || fmt.Sprint(back.Deciding()) != fmt.Sprint(r.Deciding()) || back.Overall() != scenarios.Pass {
+		t.Errorf("read back: overall %s from %v; written: overall %s from %v", back.Overall(), back.Deciding(), r.Overall(), r.Deciding())
+	}
+	// A report.json without overall_from (older runs) keeps Deciding's rule.
+	var old reports.Run
+	if err := json.Unmarshal([]byte(`{"outcomes":[{"impl":"redislock","verdict":"FAIL"}]}`), &old); err != nil ||
+		old.Overall() != scenarios.Fail || fmt.Sprint(old.Deciding()) != "[redislock]" {
+		t.Errorf("without overall_from: overall %s from %v (%v)", old.Overall(), old.Deciding(), err)
+	}
+}
+
+// TestInterruptedJUnitFails: an interrupted run's overall verdict is
+// UNKNOWN (exit status 2) even when every outcome that finished passed, and
+// junit.xml has a failure then too: a case "run" that says it was
+// interrupted (it only named UNKNOWN in the root, with no failing case).
+func TestInterruptedJUnitFails(t *testing.T) {
+	r := &reports.Run{Interrupted: true, Outcomes: []*scenarios.Outcome{{Scenario: "fenced-lock/baseline", Impl: "prim", Build: "redis-8.0",
+		Verdict: scenarios.Pass, Results: []scenarios.PropertyResult{{Checker: "exclusion", Expect: "must hold", Verdict: scenarios.Pass,
+			Result: models.Result{Checker: "exclusion", Verdict: models.Pass}}}}}}
+	var b bytes.Buffer
+	if err := reports.WriteJUnit(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	var junit struct {
+		Name     string `xml:"name,attr"`
+		Failures int    `xml:"failures,attr"`
+		Suites   []struct {
+			Name     string `xml:"name,attr"`
+			Failures int    `xml:"failures,attr"`
+			Cases    []struct {
+				Name    string `xml:"name,attr"`
+				Failure *struct {
+					Message string `xml:"message,attr"`
+				} `xml:"failure"`
+			} `xml:"testcase"`
+		} `xml:"testsuite"`
+	}
+	if err := xml.Unmarshal(b.Bytes(), &junit); err != nil {
+		t.Fatal(err)
+	}
+	if r.Overall().ExitStatus() != 2 || junit.Failures != 1 || junit.Name != "coordtorture: overall UNKNOWN" {
+		t.Fatalf("interrupted run, exit status %d: junit has %d failures, name %q\n%s", r.Overall().ExitStatus(), junit.Failures, junit.Name, b.String())
+	}
+	last := junit.Suites[len(junit.Suites)-1]
+	if last.Failures != 1 || len(last.Cases) != 1 || last.Cases[0].Name != "run" || last.Cases[0].Failure == nil ||
+		!strings.HasPrefix(last.Cases[0].Failure.Message, "interrupted: ") {
+		t.Errorf("no failing case says the run was interrupted:\n%s", b.String())
+	}
+}
+
+// TestPagePlurals: index.html counts in the right plural ("1 scenario run",
+// "1 nemesis event"; it said "scenario run(s)", "nemesis event(s)").
+func TestPagePlurals(t *testing.T) {
+	r := comparisonRun()
+	r.Outcomes = r.Outcomes[:1]
+	r.Outcomes[0].Events = []scenarios.EventLog{{At: time.Second, End: 2 * time.Second, Name: "pause n1", Kind: models.NemesisFault}}
+	var b bytes.Buffer
+	if err := reports.WriteHTML(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	page := b.String()
+	if strings.Contains(page, "(s)") || !strings.Contains(page, "1 scenario run") || !strings.Contains(page, "1 nemesis event") {
+		i := strings.Index(page, "(s)")
+		t.Errorf("index.html: %q", page[max(0, i-80):min(len(page), i+20)])
+	}
+	// Its evidence and the timeline's hover texts give an operation's times
+	// in seconds, as summary.txt does (they gave "[3034000000, 3035500000]").
+	if strings.Contains(page, "3034000000") || !strings.Contains(page, "[3.034s – 3.035s]") {
+		i := strings.Index(page, "3034000000")
+		t.Errorf("index.html gives an operation's times in ns: %q", page[max(0, i-80):min(len(page), i+40)])
 	}
 }

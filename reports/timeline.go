@@ -166,7 +166,7 @@ func (s *seg) describe(proc int) string {
 	case s.kind == 'm':
 		return fmt.Sprintf("proc %d %s %q of unknown outcome (%s): maybe held %s – %s (ttl)", proc, s.op.F, s.key, s.op.Err, fmtNs(s.start), fmtNs(s.end))
 	}
-	return s.op.String()
+	return OpText(s.op)
 }
 
 func addSat(a, b int64) int64 {
@@ -431,7 +431,7 @@ func buildTimeline(id string, o *scenarios.Outcome, h *history.History, budget i
 					ret = end
 				}
 				x1, x2 := x(op.T), x(ret)
-				m.Rects = append(m.Rects, tlShape{X: x1, Y: laneY(l) - 0.5, W: max(x2-x1, tlMinW), H: tlLaneH - 1, Title: op.String()})
+				m.Rects = append(m.Rects, tlShape{X: x1, Y: laneY(l) - 0.5, W: max(x2-x1, tlMinW), H: tlLaneH - 1, Title: OpText(op)})
 			}
 			m.X = x(first)
 			label(m.X, 27, fmt.Sprintf("E%d", nev), "evlabel "+m.Class, m.Ref)

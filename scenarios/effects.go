@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/coordtorture/coordtorture/models"
 	"github.com/coordtorture/coordtorture/testbed"
 )
 
@@ -42,7 +43,7 @@ func checkCanary(ctx context.Context, e *Env, n *testbed.Node, before int64, wha
 	err := a.Get(ctx, canaryKey).Err()
 	switch {
 	case errors.Is(err, redis.Nil):
-		e.Effect("%s lost the dataset: %d keys before, the canary written just before is gone", what, before+1)
+		e.Effect("%s lost the dataset: %s before, the canary written just before is gone", what, models.Plural(before+1, "key"))
 	case err == nil:
 		_ = a.Del(ctx, canaryKey).Err()
 	}
@@ -221,8 +222,8 @@ func lossProof(ctx context.Context, w *offsetWatch, np *testbed.Node) (proved fu
 	}
 	return func(_, counter int64) bool { return counter > nc },
 		func(_, counter int64) string {
-			return fmt.Sprintf("took over with the fencing counter at %d or below; the old primary had handed out token %d as a primary: %d token(s) lost, the counter regressed",
-				nc, counter, counter-nc)
+			return fmt.Sprintf("took over with the fencing counter at %d or below; the old primary had handed out token %d as a primary: %s lost, the counter regressed",
+				nc, counter, models.Plural(counter-nc, "token"))
 		}, true
 }
 

@@ -131,9 +131,9 @@ func refusedUntouched(ctx context.Context, env *Env, h *history.History) models.
 		}
 	}
 	if res.Verdict == models.Pass {
-		res.Summary = fmt.Sprintf("%d acquisitions refused before writing, each naming hash-field expiration and the versions that have it; the hash was never created", res.Ops)
+		res.Summary = fmt.Sprintf("%s refused before writing, each naming hash-field expiration and the versions that have it; the hash was never created", models.Plural(res.Ops, "acquisition"))
 	} else {
-		res.Summary = fmt.Sprintf("%d problem(s); first: %s", res.Violations, res.Evidence[0].Msg)
+		res.Summary = fmt.Sprintf("%s; first: %s", models.Plural(res.Violations, "problem"), res.Evidence[0].Msg)
 	}
 	return res
 }

@@ -73,7 +73,7 @@ func TestLeakScanCatchesAHandMadeLeak(t *testing.T) {
 	must(a.HSet(ctx, leaseHash, "worker:0", "A", "worker:1", "B").Err())
 	must(a.Do(ctx, "HPEXPIRE", leaseHash, 50, "FIELDS", 1, "worker:1").Err()) // expires; worker:0 leaks
 	r = scan(leaseHash)
-	if r.Verdict != models.Fail || !strings.Contains(r.Summary, "1 entries") || !strings.Contains(r.Summary, "worker:0") || strings.Contains(r.Summary, "worker:1") {
+	if r.Verdict != models.Fail || !strings.Contains(r.Summary, "1 entry:") || !strings.Contains(r.Summary, "worker:0") || strings.Contains(r.Summary, "worker:1") {
 		t.Fatalf("the field without expiry is not reported as the one leak: %s", r.String())
 	}
 	must(a.HDel(ctx, leaseHash, "worker:0").Err())

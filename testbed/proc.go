@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -47,10 +48,23 @@ func spawner() {
 				r.done <- r.cmd.Start()
 			}
 		}()
-		go handleSignals()
+		if !callerHandlesSignals.Load() {
+			go handleSignals()
+		}
 		sweepStale()
 	})
 }
+
+var callerHandlesSignals atomic.Bool
+
+// CallerHandlesSignals tells the testbed that the program stops by itself on
+// SIGINT and SIGTERM, closing every topology it opened (as scenarios.Run does
+// when its context is cancelled): the testbed then installs no handler of its
+// own, which would kill every server and exit (130, 143) before the program
+// could report what ran. A process killed outright still takes its servers
+// with it (PDEATHSIG) and leaves its temp dirs to the next run's sweep. Call
+// it before the first server starts; afterwards it has no effect.
+func CallerHandlesSignals() { callerHandlesSignals.Store(true) }
 
 // handleSignals turns SIGINT/SIGTERM into a clean stop: every server is killed and
 // every temp dir removed before the binary exits with the conventional status.

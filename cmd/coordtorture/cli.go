@@ -51,7 +51,9 @@ carry a random "coordtorture:<run>:" prefix and are deleted afterwards.
 const exitText = `Exit status (the run's overall verdict, the one summary.txt, junit.xml and
 report.json state): 0 when every must-hold property held (HAZARD is a documented
 hazard observed, with evidence; N/A a property with nothing to check), 1 on FAIL,
-2 on UNKNOWN, on a usage error, or when the run could not start. With prim beside
+2 on UNKNOWN, on a usage error, when the run could not start, or when it was
+interrupted (the first Ctrl-C stops it and writes the report of what ran; a
+second ends it at once, with no report). With prim beside
 other implementations (--impl all) only prim's verdicts decide it: the peer
 libraries and the mutants run beside it for comparison, and their FAILs (no
 fencing tokens; deliberate bugs) are expected findings.
@@ -86,8 +88,10 @@ Re-runs, from their seeds, durations and client counts, the scenarios of the run
 in DIR (its report.json) that set that run's verdict to FAIL or UNKNOWN: prim's
 when prim ran beside peers or mutants, which are shown for comparison and are
 skipped unless --all is given. It prints each seed it replays. Nothing to
-replay exits 0. report.json does not record --ttl and --hardened-client: give
-them again if the run had them.
+replay exits 0, unless the run was interrupted: the scenarios it did not reach
+are not replayed (run its command again), and with nothing else to replay the
+exit status is the interrupted run's, 2. report.json does not record --ttl and
+--hardened-client: give them again if the run had them.
 
 ` + exitText + `
 Flags:
@@ -426,6 +430,17 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 			}
 			jobs = append(jobs, job{ss[0], o.Build, o.Seed, o.Impl, o.Duration, o.Clients})
 		}
+		if prev.Interrupted {
+			// Its command again is what covers the scenarios it did not
+			// reach: which ones those were, report.json does not say.
+			interrupted := fmt.Sprintf("that run was interrupted (overall %s, exit status %d): the scenarios it did not reach are not replayed; run its command again: %s",
+				prev.Overall(), prev.Overall().ExitStatus(), prev.Command)
+			if len(jobs) == 0 {
+				fmt.Fprintln(stdout, "nothing to replay of what finished:", interrupted)
+				return prev.Overall().ExitStatus()
+			}
+			fmt.Fprintln(stdout, "coordtorture:", interrupted)
+		}
 		if len(jobs) == 0 {
 			if skipped > 0 {
 				fmt.Fprintf(stdout, "nothing to replay: no scenario of that run failed for %s, which set its verdict (%s of the comparison's peers or mutants skipped: --all replays them)\n",
@@ -519,7 +534,7 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		if unsupported > 0 && len(impls) == 1 {
-			fmt.Fprintf(stderr, "coordtorture: %d selected scenario run(s) do not apply to %s and are skipped\n", unsupported, f.impl)
+			fmt.Fprintf(stderr, "coordtorture: %s of the selection skipped: not applicable to %s\n", plural(unsupported, "scenario run"), f.impl)
 		}
 	}
 	out := f.out
@@ -537,8 +552,14 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 	}
 	defer logFile.Close()
 	logger := slog.New(slog.NewTextHandler(logFile, nil))
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// The first SIGINT or SIGTERM (SIGHUP: the terminal went away) stops
+	// the run: the scenario running closes its servers, and the report of
+	// what ran is written, overall UNKNOWN (exit status 2). A second one
+	// kills at once (the servers die with the process: PDEATHSIG).
+	testbed.CallerHandlesSignals()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
+	context.AfterFunc(ctx, stop)
 	tty := isTerminal(stdout)
 	rep := &reports.Run{Started: time.Now(), Command: "coordtorture " + cmd + " " + strings.Join(args, " "), DecidedBy: decidedBy}
 	seedText := fmt.Sprintf("seed %d", seed)

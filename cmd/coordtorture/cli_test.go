@@ -268,3 +268,45 @@ func TestImplAllExitsOnPrim(t *testing.T) {
 		t.Errorf("replay --all: exit %d\n%s", code, out.String())
 	}
 }
+
+// TestReplayKeepsOverallFrom: a report.json that says prim decided (a
+// replay --all of an --impl all run where only the peers failed: overall
+// PASS, exit 0) replays nothing of it without --all: the peer's FAIL is still
+// a comparison, as report.json's overall_from states (replay read it as the
+// peer's own run, re-ran the failure and exited 1).
+func TestReplayKeepsOverallFrom(t *testing.T) {
+	dir := t.TempDir()
+	prev := `{"outcomes":[` +
+		`{"scenario":"fenced-lock/baseline","build":"` + build() + `","impl":"redislock","seed":7,"clients":2,"duration_ns":1000000000,"verdict":"FAIL","properties":null,"events":null,"ops":0,"uncertain":{},"provider":"local"}],` +
+		`"overall":"PASS","overall_from":["prim"],"comparison":["redislock"]}`
+	if err := os.WriteFile(filepath.Join(dir, "report.json"), []byte(prev), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	code := run([]string{"replay", "--out", filepath.Join(dir, "again"), dir}, &out, &errb)
+	if code != 0 || !strings.Contains(out.String(), "nothing to replay: no scenario of that run failed for prim") ||
+		!strings.Contains(out.String(), "1 failure of the comparison's peers or mutants skipped") {
+		t.Fatalf("replay: exit %d\n%s\n%s", code, out.String(), errb.String())
+	}
+}
+
+// TestReplayInterrupted: an interrupted run exited 2 (UNKNOWN: not every
+// scenario ran) though every outcome that finished passed; its replay says
+// it was interrupted and exits as the run did (it said "nothing to replay"
+// and exited 0).
+func TestReplayInterrupted(t *testing.T) {
+	dir := t.TempDir()
+	prev := `{"command":"coordtorture run fenced-lock/*","interrupted":true,"outcomes":[` +
+		`{"scenario":"fenced-lock/baseline","build":"` + build() + `","impl":"prim","seed":7,"clients":2,"duration_ns":1000000000,"verdict":"PASS","properties":null,"events":null,"ops":0,"uncertain":{},"provider":"local"}]}`
+	if err := os.WriteFile(filepath.Join(dir, "report.json"), []byte(prev), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	code := run([]string{"replay", "--out", filepath.Join(dir, "again"), dir}, &out, &errb)
+	if code != 2 || !strings.Contains(out.String(), "interrupted") || !strings.Contains(out.String(), "coordtorture run fenced-lock/*") {
+		t.Fatalf("replay of an interrupted run: exit %d, want 2 and why\n%s\n%s", code, out.String(), errb.String())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "again")); !os.IsNotExist(err) {
+		t.Errorf("a replay with nothing to run wrote %s: %v", filepath.Join(dir, "again"), err)
+	}
+}

@@ -32,7 +32,7 @@ func TestHeaderHazard(t *testing.T) {
 		t.Fatalf("exit %d, want 0 (HAZARD)\n%s%s", code, out, errs)
 	}
 	for _, want := range []string{"header: fenced-lock/kill-restart-noaof [prim, redis-8.0] seed 1",
-		"HAZARD  fenced-resource (may show hazard): 1 violation(s): 1 token-reused (hazard)", "hazard shown, after a fault that had its effect:", "  at 1.3s: dataset lost", "verdict: HAZARD"} {
+		"HAZARD  fenced-resource (may show hazard): 1 violation: 1 token-reused (hazard)", "hazard shown, after a fault that had its effect:", "  at 1.3s: dataset lost", "verdict: HAZARD"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
