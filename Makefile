@@ -66,7 +66,7 @@ build: ## build bin/coordtorture and bin/fencecheck (their exit status: 0 held, 
 torture: servers build ## the default suite: every scenario, prim and the peer libraries, on local servers (report in runs/latest)
 	@cmd='$(BIN)/coordtorture run --impl $(TORTURE_IMPL) --duration $(TORTURE_DURATION) --out $(TORTURE_OUT) $(TORTURE_FLAGS) $(SCENARIOS)'; echo "$$cmd"; set -f; $$cmd; $(coordtorture-status)
 
-torture-long: servers build ## the suite on every fetched build, TORTURE_LONG_DURATION (1m) a scenario: about 4 hours
+torture-long: servers build ## the suite on every fetched build, TORTURE_LONG_DURATION (1m) a scenario: about 5 hours (five builds)
 	@cmd='$(BIN)/coordtorture matrix --impl $(TORTURE_IMPL) --duration $(TORTURE_LONG_DURATION) --out runs/long $(TORTURE_FLAGS) $(SCENARIOS)'; echo "$$cmd"; set -f; $$cmd; $(coordtorture-status)
 
 bench: servers ## benchmarks (prim beside its peers on the default build)
