@@ -72,7 +72,7 @@ torture-long: servers build ## the suite on every fetched build, TORTURE_LONG_DU
 bench: servers ## benchmarks (prim beside its peers on the default build)
 	@$(call in_modules,COORDTORTURE_SERVERS=redis-8.0 $(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./...)
 
-server-cost: servers ## instructions per call each lock command costs the server (callgrind; needs valgrind; BUILD=valkey-9.1 for another build)
+server-cost: servers ## instructions per call each lock command costs the server (callgrind: the system's valgrind, else Debian's fetched into .servers/valgrind; BUILD=valkey-9.1 for another build)
 	@scripts/server-cost.sh $(BUILD)
 
 clean: ## remove fetched servers

@@ -23,7 +23,9 @@
 # than redis-benchmark's batches of 16).
 #
 # Usage: scripts/server-cost.sh [BUILD] [N]   (default redis-8.0, 20000)
-# Needs: valgrind (apt-get install valgrind) and `make servers`.
+# Needs: `make servers`, and valgrind: the system's (on PATH) if it has one, else
+# Debian's, fetched into .servers/valgrind/ by fetch-valgrind.sh the way the servers
+# are. Env: COORDTORTURE_VALGRIND a valgrind to use, or "fetch" for the fetched one.
 set -euo pipefail
 
 shopt -s inherit_errexit
@@ -32,7 +34,13 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-redis-8.0}
 n=${2:-20000}
 root=${COORDTORTURE_SERVERS_DIR:-$here/.servers}/$build
-command -v valgrind >/dev/null || { echo "server-cost: valgrind is not installed (apt-get install valgrind)" >&2; exit 2; }
+valgrind=${COORDTORTURE_VALGRIND:-}
+[ -n "$valgrind" ] || valgrind=$(command -v valgrind || echo fetch)
+if [ "$valgrind" = fetch ]; then
+  "$here/scripts/fetch-valgrind.sh"
+  valgrind=${COORDTORTURE_SERVERS_DIR:-$here/.servers}/valgrind/bin/valgrind
+fi
+vgversion=$("$valgrind" --version 2>&1) || { echo "server-cost: $valgrind --version failed: $vgversion" >&2; exit 2; }
 grep -qx 'complete: yes' "$root/MANIFEST" 2>/dev/null || { echo "server-cost: $build not found under ${root%/*}: run make servers" >&2; exit 2; }
 flavor=redis; case $build in valkey*) flavor=valkey;; esac
 loader=$root/$(sed -n 's/^loader: //p' "$root/MANIFEST")
@@ -72,7 +80,7 @@ optional=0
 refused=
 start_server() {
   rm -f "$work/cg" "$work/s"
-  valgrind --tool=callgrind --callgrind-out-file="$work/cg" "$loader" --library-path "$libs" \
+  "$valgrind" --tool=callgrind --callgrind-out-file="$work/cg" "$loader" --library-path "$libs" \
     "$root/usr/bin/$flavor-server" --port 0 --unixsocket "$work/s" --save '' --appendonly no --hz 1 \
     >"$work/log" 2>&1 &
   pid=$!
@@ -148,7 +156,7 @@ pipe_file() {
 }
 
 owner=0123456789abcdef0123456789abcdef
-echo "server-cost: $build, $n calls each, instructions per call (callgrind)"
+echo "server-cost: $build, $n calls each, instructions per call (callgrind, $vgversion)"
 measure idle
 idle=$total
 row() {
