@@ -14,8 +14,9 @@
 #
 # Release and renewal are measured on both of prim's paths: the scripts, and the
 # plain owner-checked commands of servers that have them (DELEX … IFEQ, Redis 8.4+;
-# SET … IFEQ … PX, Redis 8.4+ and Valkey 8.1+); a command the build refuses prints
-# "n/a" with the server's answer. A renewal renews one held lease N times. A
+# DELIFEQ, Valkey 9.0+; SET … IFEQ … PX, Redis 8.4+ and Valkey 8.1+); a command the
+# build refuses prints "n/a" with the server's answer. A renewal renews one held
+# lease N times. A
 # release of a held lease needs a lease per call: N pairs (SET NX PX of lease i,
 # then its release) are piped in one stream (redis-cli --pipe) and the count of N
 # SET NX PX alone, piped the same way, is subtracted; these "held" rows compare
@@ -185,6 +186,8 @@ optrow() {
 }
 optrow "DELEX IFEQ of a missing lease" DELEX "L:__rand_int__" IFEQ "$owner"
 delex_refused=$refused
+optrow "DELIFEQ of a missing lease (Valkey 9)" DELIFEQ "L:__rand_int__" "$owner"
+delifeq_refused=$refused
 
 echo "renewal of a held lease (the same lease N times):"
 pre=(SET L "$owner" PX 100000)
@@ -208,4 +211,9 @@ if [ -z "$delex_refused" ]; then
   held "DELEX IFEQ" DELEX KEY IFEQ "$owner"
 else
   printf '  %-44s %8s  (%s)\n' "DELEX IFEQ" n/a "$(head -1 <<<"$delex_refused")"
+fi
+if [ -z "$delifeq_refused" ]; then
+  held "DELIFEQ (Valkey 9)" DELIFEQ KEY "$owner"
+else
+  printf '  %-44s %8s  (%s)\n' "DELIFEQ (Valkey 9)" n/a "$(head -1 <<<"$delifeq_refused")"
 fi
