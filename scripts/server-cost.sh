@@ -16,12 +16,11 @@
 # plain owner-checked commands of servers that have them (DELEX … IFEQ, Redis 8.4+;
 # DELIFEQ, Valkey 9.0+; SET … IFEQ … PX, Redis 8.4+ and Valkey 8.1+); a command the
 # build refuses prints "n/a" with the server's answer. A renewal renews one held
-# lease N times. A
-# release of a held lease needs a lease per call: N pairs (SET NX PX of lease i,
-# then its release) are piped in one stream (redis-cli --pipe) and the count of N
-# SET NX PX alone, piped the same way, is subtracted; these "held" rows compare
-# with each other (piped in bulk, their reading costs a little less per command
-# than redis-benchmark's batches of 16).
+# lease N times. A release of a held lease needs a lease per call: N pairs (SET NX
+# PX of lease i, then its release) are piped in one stream (redis-cli --pipe) and
+# the count of N SET NX PX alone, piped the same way, is subtracted; these "held"
+# rows compare with each other (piped in bulk, their reading costs a little less
+# per command than redis-benchmark's batches of 16).
 #
 # Usage: scripts/server-cost.sh [BUILD] [N]   (default redis-8.0, 20000)
 # Needs: `make servers`, and valgrind: the system's (on PATH) if it has one, else
