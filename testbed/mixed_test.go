@@ -10,9 +10,10 @@ import (
 	"github.com/coordtorture/coordtorture/testbed"
 )
 
-// TestWithNodeBuildBadInput: WithNodeBuild outside a replicated topology, for a
-// node the topology does not have, or naming an unknown build is refused with
-// a typed error before any server starts.
+// TestWithNodeBuildBadInput: WithNodeBuild or WithNodeConfig outside a
+// replicated topology, for a node the topology does not have (a sentinel, for
+// WithNodeConfig), or naming an unknown build is refused with a typed error
+// before any server starts.
 func TestWithNodeBuildBadInput(t *testing.T) {
 	ctx := ctxT(t, 2*time.Minute)
 	cases := []struct {
@@ -33,6 +34,15 @@ func TestWithNodeBuildBadInput(t *testing.T) {
 		{"no such sentinel", func() (*testbed.Topology, error) {
 			return testbed.NewReplicated(ctx, "", 1, 0, testbed.WithNodeBuild("s1", testbed.DefaultBuild))
 		}, testbed.ErrBadOption, `no node "s1"`},
+		{"node config on a standalone server", func() (*testbed.Topology, error) {
+			return testbed.NewStandalone(ctx, "", testbed.WithNodeConfig("n1", "maxmemory 10mb"))
+		}, testbed.ErrBadOption, "not standalone"},
+		{"node config of a sentinel", func() (*testbed.Topology, error) {
+			return testbed.NewReplicated(ctx, "", 1, 3, testbed.WithNodeConfig("s1", "maxmemory 10mb"))
+		}, testbed.ErrBadOption, `no data node "s1"`},
+		{"node config of no such node", func() (*testbed.Topology, error) {
+			return testbed.NewReplicated(ctx, "", 1, 0, testbed.WithNodeConfig("n3", "maxmemory 10mb"))
+		}, testbed.ErrBadOption, `no data node "n3"`},
 		{"unknown build", func() (*testbed.Topology, error) {
 			return testbed.NewReplicated(ctx, "", 1, 0, testbed.WithNodeBuild("n2", "redis-9.9"))
 		}, testbed.ErrUnknownBuild, `"redis-9.9"`},
@@ -147,6 +157,52 @@ func TestMixedVersionNewerToOlder(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 	t.Logf("refused as expected: %s", strings.SplitN(err.Error(), "\n", 2)[0])
+}
+
+// TestFailoverToNodeWithoutDELEX: both nodes run redis-8.6, the replica with
+// DELEX renamed away (WithNodeConfig): replication from the primary, DELEX
+// included, reaches it, and after a Sentinel failover the new primary answers
+// DELEX exactly as a server without the command does, while SET … IFEQ, an
+// option of SET, still works there.
+func TestFailoverToNodeWithoutDELEX(t *testing.T) {
+	needBuilds(t, "redis-8.6")
+	ctx := ctxT(t, 3*time.Minute)
+	topo := testbed.Replicated(t, "redis-8.6", 1, 3, testbed.WithNodeConfig("n2", `rename-command DELEX ""`))
+	c := mustClient(t, topo)
+	for _, k := range []string{"a", "b"} {
+		if err := c.Set(ctx, k, "v", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := c.Do(ctx, "DELEX", "a", "IFEQ", "v").Int(); err != nil || n != 1 {
+		t.Fatalf("DELEX on the primary: %d, %v", n, err)
+	}
+	if err := topo.WaitInSync(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	n2 := topo.Node("n2").Admin()
+	if got, err := n2.Exists(ctx, "a", "b").Result(); err != nil || got != 1 {
+		t.Fatalf("the replica has %d of a (deleted by DELEX) and b, %v: want only b", got, err)
+	}
+	if err := n2.Do(ctx, "DELEX", "b", "IFEQ", "v").Err(); err == nil || !strings.HasPrefix(err.Error(), "ERR unknown command 'DELEX'") {
+		t.Fatalf("DELEX on the replica: %v, want unknown command", err)
+	}
+
+	np, err := topo.FailoverSentinel(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if np.Name != "n2" {
+		t.Fatalf("new primary %s, want n2", np.Name)
+	}
+	eventually(t, time.Minute, "the Sentinel client to reach n2 and find no DELEX there", func() (bool, string) {
+		err := c.Do(ctx, "DELEX", "b", "IFEQ", "v").Err()
+		return err != nil && strings.HasPrefix(err.Error(), "ERR unknown command 'DELEX', with args beginning with: 'b' 'IFEQ' 'v'"),
+			"DELEX b IFEQ v: " + errString(err)
+	})
+	if got, err := c.Do(ctx, "SET", "b", "w", "IFEQ", "v", "PX", 10000).Text(); err != nil || got != "OK" {
+		t.Fatalf("SET b w IFEQ v PX on the new primary: %q, %v", got, err)
+	}
 }
 
 func infoLine(info, key string) string {

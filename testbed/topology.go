@@ -44,7 +44,8 @@ type config struct {
 	logf          func(string, ...any)
 	adminTimeout  time.Duration
 	clientTimeout time.Duration
-	nodeBuilds    map[string]string // node name -> build (WithNodeBuild)
+	nodeBuilds    map[string]string   // node name -> build (WithNodeBuild)
+	nodeConfig    map[string][]string // node name -> configuration lines (WithNodeConfig)
 }
 
 func defaults() config {
@@ -120,6 +121,23 @@ func WithNodeBuild(node, build string) Option {
 			c.nodeBuilds = map[string]string{}
 		}
 		c.nodeBuilds[node] = build
+	}
+}
+
+// WithNodeConfig adds raw configuration lines to one data node of a replicated
+// topology (NewReplicated), after WithConfig's: node is n1 (the first primary)
+// or a replica's name (n2…). For example `rename-command DELEX ""` makes a
+// redis-8.6 node answer DELEX exactly as a server without it does ("ERR unknown
+// command 'DELEX', …"), so a failover can land on a node of the same build that
+// lacks a command, which WithNodeBuild cannot set up for newer builds. Given
+// several times, the lines add up. Another kind of topology, a sentinel or an
+// unknown node is ErrBadOption, before any server starts.
+func WithNodeConfig(node string, lines ...string) Option {
+	return func(c *config) {
+		if c.nodeConfig == nil {
+			c.nodeConfig = map[string][]string{}
+		}
+		c.nodeConfig[node] = append(c.nodeConfig[node], lines...)
 	}
 }
 
@@ -270,6 +288,9 @@ func (n *Node) conf() string {
 	for _, l := range t.cfg.extra {
 		w("%s", l)
 	}
+	for _, l := range t.cfg.nodeConfig[n.Name] {
+		w("%s", l)
+	}
 	return b.String()
 }
 
@@ -357,6 +378,9 @@ func newTopology(kind Kind, build string, opts []Option) (*Topology, error) {
 	cfg := defaults()
 	for _, o := range opts {
 		o(&cfg)
+	}
+	if len(cfg.nodeConfig) > 0 && kind != KindReplicated {
+		return nil, fmt.Errorf("%w: WithNodeConfig is for replicated topologies, not %s", ErrBadOption, kind)
 	}
 	var nodeBuilds map[string]*Build
 	if len(cfg.nodeBuilds) > 0 {
@@ -498,6 +522,12 @@ func NewReplicated(ctx context.Context, build string, replicas, sentinels int, o
 		if t.Node(name) == nil {
 			return nil, fmt.Errorf("%w: WithNodeBuild(%q, %q): the topology has no node %q (data nodes n1…n%d, sentinels s1…s%d)",
 				ErrBadOption, name, t.nodeBuilds[name].Name, name, len(t.nodes), len(t.sentinels))
+		}
+	}
+	for _, name := range sortedKeys(t.cfg.nodeConfig) {
+		if n := t.Node(name); n == nil || n.Sentinel {
+			return nil, fmt.Errorf("%w: WithNodeConfig(%q, …): the topology has no data node %q (n1…n%d)",
+				ErrBadOption, name, name, len(t.nodes))
 		}
 	}
 	t0 := time.Now()
