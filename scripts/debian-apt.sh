@@ -8,7 +8,7 @@
 # Env:    COORDTORTURE_DEBIAN_MIRROR the Debian archive URI (default: the first URIs: of
 #                                    the system's own Debian apt sources)
 #
-# Provides mirror, apt_for SUITE (sets APT_OPTS and APT_ROOT), closure PKG…,
+# Provides mirror, apt_for SUITE [PKG…] (sets APT_OPTS and APT_ROOT), closure PKG…,
 # versions PKG… and version_of PKG (candidate versions), deb_of PKG (the downloaded
 # .deb of PKG's candidate version) and loader_of TREE (the tree's dynamic loader).
 #
@@ -62,13 +62,26 @@ check_keyring() {
   [ -f "$keyring" ] || { echo "$prog: $keyring missing (apt-get install debian-archive-keyring)" >&2; exit 1; }
 }
 
-# apt_for SUITE: prepares a private apt state for SUITE and sets APT_OPTS.
+# apt_for SUITE [PKG…]: prepares a private apt state for SUITE and sets APT_OPTS.
+# SUITE "experimental" is not a whole distribution: its packages depend on sid's, and
+# apt gives it priority 1 (NotAutomatic). Its state has both suites, with experimental
+# pinned above sid for the PKGs named (the server and its tools) and for nothing else,
+# so every dependency comes from sid.
 declare -A updated=()
 apt_for() {
-  local suite=$1 root=$apt_dir/$prog/$1
+  local suite=$1 root=$apt_dir/$prog/$1 m
+  shift
   check_keyring
   mkdir -p "$root/etc/sources.list.d" "$root/etc/preferences.d" "$root/state/lists/partial" "$root/cache/archives/partial" "$root/debs"
-  printf 'deb [signed-by=%s] %s %s main\n' "$keyring" "$(mirror)" "$suite" >"$root/etc/sources.list"
+  m=$(mirror)
+  printf 'deb [signed-by=%s] %s %s main\n' "$keyring" "$m" "$suite" >"$root/etc/sources.list"
+  : >"$root/etc/preferences"
+  if [ "$suite" = experimental ]; then
+    printf 'deb [signed-by=%s] %s %s main\n' "$keyring" "$m" sid >>"$root/etc/sources.list"
+    if [ $# -gt 0 ]; then
+      printf 'Package: %s\nPin: release a=experimental\nPin-Priority: 990\n' "$*" >"$root/etc/preferences"
+    fi
+  fi
   : >"$root/status"
   APT_OPTS=(-o "Dir::Etc::SourceList=$root/etc/sources.list" -o "Dir::Etc::SourceParts=$root/etc/sources.list.d"
     -o "Dir::Etc::Preferences=$root/etc/preferences" -o "Dir::Etc::PreferencesParts=$root/etc/preferences.d"

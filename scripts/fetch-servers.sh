@@ -27,14 +27,18 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 dest=${COORDTORTURE_SERVERS_DIR:-$here/.servers}
 
 # name suite server-package tools-package version-prefix binary
+# (experimental: the server and tools from Debian experimental, every dependency from
+# sid; see apt_for in debian-apt.sh)
 builds=(
-  "redis-7.0  bookworm redis-server  redis-tools  7.0. redis-server"
-  "redis-8.0  trixie   redis-server  redis-tools  8.0. redis-server"
-  "valkey-8.1 trixie   valkey-server valkey-tools 8.1. valkey-server"
-  "valkey-9.1 sid      valkey-server valkey-tools 9.1. valkey-server"
+  "redis-7.0  bookworm     redis-server  redis-tools  7.0. redis-server"
+  "redis-8.0  trixie       redis-server  redis-tools  8.0. redis-server"
+  "redis-8.6  experimental redis-server  redis-tools  8.6. redis-server"
+  "valkey-8.1 trixie       valkey-server valkey-tools 8.1. valkey-server"
+  "valkey-9.1 sid          valkey-server valkey-tools 9.1. valkey-server"
 )
 
 want=("$@")
+names=$(for b in "${builds[@]}"; do set -- $b; echo "$1"; done | paste -sd' ')
 selected() {
   [ ${#want[@]} -eq 0 ] && return 0
   local w; for w in "${want[@]}"; do [ "$w" = "$1" ] && return 0; done; return 1
@@ -42,7 +46,7 @@ selected() {
 if [ ${#want[@]} -gt 0 ]; then
   for w in "${want[@]}"; do
     ok=0; for b in "${builds[@]}"; do set -- $b; [ "$1" = "$w" ] && ok=1; done
-    [ $ok = 1 ] || { echo "fetch-servers: unknown build '$w' (known: redis-7.0 redis-8.0 valkey-8.1 valkey-9.1)" >&2; exit 2; }
+    [ $ok = 1 ] || { echo "fetch-servers: unknown build '$w' (known: $names)" >&2; exit 2; }
   done
 fi
 
@@ -93,7 +97,7 @@ for b in "${builds[@]}"; do
   fi
   start=$(date +%s)
   APT_STEP="$name ($k of $total): "
-  apt_for "$suite"
+  apt_for "$suite" "$srv" "$tools"
   ver=$(version_of "$srv")
   upstream=${ver#*:}
   case "$upstream" in

@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -159,4 +161,55 @@ func ping(addr string) (string, error) {
 	}
 	line, err := bufio.NewReader(c).ReadString('\n')
 	return strings.TrimSpace(line), err
+}
+
+// TestBuildListsAgree: the builds fetch-servers.sh can fetch, testbed's matrix
+// and the matrix of prim's own tests (prim/internal/localserver, which cannot
+// import testbed) name the same builds in the same order, so a build added to
+// one is fetched, run by every test that iterates the matrix, and run by prim's
+// own tests.
+func TestBuildListsAgree(t *testing.T) {
+	want := testbed.KnownBuilds()
+
+	script, err := os.ReadFile("fetch-servers.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fetched []string
+	in := false
+	for _, line := range strings.Split(string(script), "\n") {
+		switch {
+		case strings.HasPrefix(line, "builds=("):
+			in = true
+		case in && strings.TrimSpace(line) == ")":
+			in = false
+		case in:
+			if f := strings.Fields(strings.Trim(strings.TrimSpace(line), `"`)); len(f) > 0 {
+				fetched = append(fetched, f[0])
+			}
+		}
+	}
+	if !slices.Equal(fetched, want) {
+		t.Errorf("fetch-servers.sh fetches %v, testbed's matrix is %v", fetched, want)
+	}
+
+	src, err := os.ReadFile("../prim/internal/localserver/localserver.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^var matrix = \[\]string\{(.*)\}$`).FindSubmatch(src)
+	if m == nil {
+		t.Fatal("prim/internal/localserver/localserver.go: no `var matrix = []string{…}` line")
+	}
+	var local []string
+	for _, q := range strings.Split(string(m[1]), ",") {
+		s, err := strconv.Unquote(strings.TrimSpace(q))
+		if err != nil {
+			t.Fatalf("localserver's matrix: %q: %v", q, err)
+		}
+		local = append(local, s)
+	}
+	if !slices.Equal(local, want) {
+		t.Errorf("prim/internal/localserver's matrix is %v, testbed's is %v", local, want)
+	}
 }

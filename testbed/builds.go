@@ -13,7 +13,7 @@ import (
 
 // The server builds of the matrix, in the order tests run them. Each is a tree
 // under ServersDir() put there by `make servers` (scripts/fetch-servers.sh).
-var matrix = []string{"redis-7.0", "redis-8.0", "valkey-8.1", "valkey-9.1"}
+var matrix = []string{"redis-7.0", "redis-8.0", "redis-8.6", "valkey-8.1", "valkey-9.1"}
 
 // ErrUnknownBuild is returned for a server name that is not in the matrix.
 var ErrUnknownBuild = errors.New("testbed: unknown server build")

@@ -37,7 +37,7 @@ const (
 )
 
 // matrix is testbed's build matrix, in its order.
-var matrix = []string{"redis-7.0", "redis-8.0", "valkey-8.1", "valkey-9.1"}
+var matrix = []string{"redis-7.0", "redis-8.0", "redis-8.6", "valkey-8.1", "valkey-9.1"}
 
 // DefaultBuild is the build examples run on when the matrix has it.
 const DefaultBuild = "redis-8.0"

@@ -30,7 +30,7 @@ func TestHashLeases(t *testing.T) {
 		hfe := hasFieldExpiry(ctx, e.admin)
 		// The matrix is known: the probe must agree with it, so a broken probe
 		// cannot send every build down the "unsupported" path.
-		if want, known := map[string]bool{"redis-7.0": false, "valkey-8.1": false, "redis-8.0": true, "valkey-9.1": true}[e.topo.Build.Name]; known && hfe != want {
+		if want, known := map[string]bool{"redis-7.0": false, "valkey-8.1": false, "redis-8.0": true, "redis-8.6": true, "valkey-9.1": true}[e.topo.Build.Name]; known && hfe != want {
 			t.Fatalf("%s: hash-field expiry probe says %v", e.topo.Build.Name, hfe)
 		}
 		if !hfe {
