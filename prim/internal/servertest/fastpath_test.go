@@ -1,0 +1,375 @@
+package servertest_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordtorture/coordtorture/prim"
+	"github.com/coordtorture/coordtorture/prim/internal/knobs"
+	"github.com/coordtorture/coordtorture/testbed"
+)
+
+// What each build of the matrix answers to the fast commands (checked by hand
+// on each: see the notes of issue 16). A build not listed (a user's binary) is
+// asked directly, which is a weaker check.
+var buildHas = map[string]struct{ delex, setIfeq bool }{
+	"redis-7.0":  {false, false},
+	"redis-8.0":  {false, false},
+	"redis-8.6":  {true, true},
+	"valkey-8.1": {false, true},
+	"valkey-9.1": {false, true},
+}
+
+func hasFast(t *testing.T, e *env, build string) (delex, setIfeq bool) {
+	if h, ok := buildHas[build]; ok {
+		return h.delex, h.setIfeq
+	}
+	ctx := ctxT(t, 10*time.Second)
+	k := e.k("probe")
+	delex = !strings.Contains(fmt.Sprint(e.admin.Do(ctx, "DELEX", k, "IFEQ", "x").Err()), "unknown command")
+	setIfeq = e.admin.Do(ctx, "SET", k, "x", "IFEQ", "y", "PX", 1000).Err() == redis.Nil
+	return delex, setIfeq
+}
+
+// cmdLog records the lock commands a client sends (on its pool and its
+// dedicated connections), in order.
+type cmdLog struct {
+	mu    sync.Mutex
+	names []string
+}
+
+var lockCommands = []string{"delex", "set", "evalsha", "eval", "get"}
+
+func (l *cmdLog) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (l *cmdLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if n := cmd.Name(); slices.Contains(lockCommands, n) {
+			l.mu.Lock()
+			l.names = append(l.names, n)
+			l.mu.Unlock()
+		}
+		return next(ctx, cmd)
+	}
+}
+func (l *cmdLog) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// take returns the commands recorded since the last take, EVAL folded into
+// EVALSHA (a script's first run on a server sends both).
+func (l *cmdLog) take() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, n := range l.names {
+		if n == "eval" && len(out) > 0 && out[len(out)-1] == "evalsha" {
+			continue
+		}
+		out = append(out, n)
+	}
+	l.names = nil
+	return strings.Join(out, " ")
+}
+
+func loggedClient(t *testing.T, e *env, opts ...testbed.ClientOption) (redis.UniversalClient, *cmdLog) {
+	c, _ := e.client(t, opts...)
+	log := &cmdLog{}
+	c.AddHook(log)
+	return c, log
+}
+
+// lockOps acquires a lock (its commands are dropped from the log), renews it
+// and releases it, and returns the commands of the renewal and the release.
+func lockOps(t *testing.T, ctx context.Context, co *prim.Coordinator, log *cmdLog, lease, fence string) (renew, release string) {
+	t.Helper()
+	l, err := co.TryAcquireFencedLock(ctx, lease, fence, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.take()
+	if ok, err := l.Renew(ctx, 10*time.Second); !ok || err != nil {
+		t.Fatalf("renew: %v %v", ok, err)
+	}
+	renew = log.take()
+	if r, err := l.Release(ctx); r != prim.Released || err != nil {
+		t.Fatalf("release: %v %v", r, err)
+	}
+	return renew, log.take()
+}
+
+// On every build the commands a node has are used, and the scripts where it
+// has not: release is DELEX (Redis 8.4+) or the script, renewal SET IFEQ
+// (Redis 8.4+, Valkey 8.1+) or the script. The first use on a node without
+// the command sends it once (the node's "unknown command" or "syntax error"),
+// then the script; afterwards only the script.
+func TestFastPathsByBuild(t *testing.T) {
+	forEachBuild(t, func(t *testing.T, e *env) {
+		ctx := ctxT(t, time.Minute)
+		delex, setIfeq := hasFast(t, e, e.topo.Build.Name)
+		c, log := loggedClient(t, e)
+		co := prim.New(c)
+		lease, fence := e.k("{f}:lease"), e.k("{f}:fence")
+		want := func(first bool) (renew, release string) {
+			renew, release = "evalsha", "evalsha"
+			if setIfeq {
+				renew = "set"
+			} else if first {
+				renew = "set evalsha"
+			}
+			if delex {
+				release = "delex"
+			} else if first {
+				release = "delex evalsha"
+			}
+			return renew, release
+		}
+		for i, first := range []bool{true, false, false} {
+			renew, release := lockOps(t, ctx, co, log, lease, fence)
+			wr, wl := want(first)
+			if renew != wr || release != wl {
+				t.Fatalf("round %d: renewal sent %q (want %q), release sent %q (want %q)", i, renew, wr, release, wl)
+			}
+			if n := e.admin.Exists(ctx, lease).Val(); n != 0 {
+				t.Fatal("the lease is still there after Released")
+			}
+		}
+		if delex {
+			// On the server too: one DELEX per release, no script ran for it.
+			before := cmdstatCalls(t, e, "delex")
+			if _, rel := lockOps(t, ctx, co, log, lease, fence); rel != "delex" {
+				t.Fatalf("release sent %q", rel)
+			}
+			if n := cmdstatCalls(t, e, "delex") - before; n != 1 {
+				t.Fatalf("INFO commandstats counts %d DELEX calls for one release, want 1", n)
+			}
+		}
+	})
+}
+
+// cmdstatCalls reads one command's calls from INFO commandstats.
+func cmdstatCalls(t *testing.T, e *env, name string) int64 {
+	info, err := e.admin.Info(ctxT(t, 5*time.Second), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+name+":calls="); ok {
+			var n int64
+			fmt.Sscanf(rest, "%d", &n)
+			return n
+		}
+	}
+	return 0
+}
+
+// The fast paths answer exactly what the scripts answer, on every build:
+// release of a lease gone (AlreadyReleased), of a lease another owner holds
+// and of a key of another type (NotOwned, untouched), renewal of either
+// (false, untouched), and a missing key is never created by a renewal.
+func TestFastPathAnswers(t *testing.T) {
+	forEachBuild(t, func(t *testing.T, e *env) {
+		for _, fallback := range []bool{false, true} {
+			t.Run(fmt.Sprintf("fallback=%v", fallback), func(t *testing.T) {
+				ctx := ctxT(t, time.Minute)
+				restore := knobs.SetForceFallback(fallback)
+				c, _ := e.client(t)
+				co := prim.New(c)
+				restore()
+				lease, fence := e.k(fmt.Sprintf("{a%v}:lease", fallback)), e.k(fmt.Sprintf("{a%v}:fence", fallback))
+				acquire := func() *prim.FencedLock {
+					l, err := co.TryAcquireFencedLock(ctx, lease, fence, 10*time.Second)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return l
+				}
+				// Gone.
+				l := acquire()
+				e.admin.Del(ctx, lease)
+				if ok, err := l.Renew(ctx, time.Second); ok || err != nil {
+					t.Fatalf("renew of a gone lease: %v %v", ok, err)
+				}
+				if e.admin.Exists(ctx, lease).Val() != 0 {
+					t.Fatal("a renewal created the missing lease")
+				}
+				l = acquire()
+				e.admin.Del(ctx, lease)
+				if r, err := l.Release(ctx); r != prim.AlreadyReleased || err != nil {
+					t.Fatalf("release of a gone lease: %v %v", r, err)
+				}
+				// Another owner's, or a key of another type.
+				for _, typ := range []string{"string", "list"} {
+					replace := func() {
+						e.admin.Del(ctx, lease)
+						if typ == "list" {
+							e.admin.RPush(ctx, lease, "x")
+						} else {
+							e.admin.Set(ctx, lease, "someone:else", time.Minute)
+						}
+					}
+					unchanged := func(what string) {
+						t.Helper()
+						if got := e.admin.Type(ctx, lease).Val(); got != typ {
+							t.Fatalf("%s: another owner's %s became a %s", what, typ, got)
+						}
+						if typ == "string" && e.admin.Get(ctx, lease).Val() != "someone:else" {
+							t.Fatalf("%s: another owner's value was changed", what)
+						}
+						if ttl := e.admin.PTTL(ctx, lease).Val(); typ == "string" && ttl < 50*time.Second {
+							t.Fatalf("%s: another owner's expiry was changed (%v left)", what, ttl)
+						}
+					}
+					e.admin.Del(ctx, lease)
+					l = acquire()
+					replace()
+					if ok, err := l.Renew(ctx, time.Second); ok || err != nil {
+						t.Fatalf("renew of another owner's %s: %v %v", typ, ok, err)
+					}
+					unchanged("renew")
+					e.admin.Del(ctx, lease)
+					l = acquire()
+					replace()
+					if r, err := l.Release(ctx); r != prim.NotOwned || err != nil {
+						t.Fatalf("release of another owner's %s: %v %v, want NotOwned", typ, r, err)
+					}
+					unchanged("release")
+					e.admin.Del(ctx, lease)
+				}
+			})
+		}
+	})
+}
+
+// A node that answered "unknown command" is sent the scripts only, until five
+// minutes later (the record's clock is advanced): then the fast command is
+// tried again. Shown on every build without DELEX, and on redis-8.6 with
+// DELEX renamed away (rename-command DELEX ""), where it truly answers
+// "unknown command" while SET IFEQ stays.
+func TestReprobeAfterFiveMinutes(t *testing.T) {
+	run := func(t *testing.T, e *env, setIfeq bool) {
+		ctx := ctxT(t, time.Minute)
+		c, log := loggedClient(t, e)
+		co := prim.New(c)
+		lease, fence := e.k("{p}:lease"), e.k("{p}:fence")
+		renewFirst, renewThen := "set evalsha", "evalsha"
+		if setIfeq {
+			renewFirst, renewThen = "set", "set"
+		}
+		step := func(name, wantRenew, wantRelease string) {
+			t.Helper()
+			renew, release := lockOps(t, ctx, co, log, lease, fence)
+			if renew != wantRenew || release != wantRelease {
+				t.Fatalf("%s: renewal sent %q (want %q), release %q (want %q)", name, renew, wantRenew, release, wantRelease)
+			}
+		}
+		step("first use", renewFirst, "delex evalsha")
+		step("second use", renewThen, "evalsha")
+		restore := knobs.AdvanceCapClock(5*time.Minute - 2*time.Second)
+		defer restore()
+		step("4m58s later", renewThen, "evalsha")
+		knobs.AdvanceCapClock(3 * time.Second)
+		step("5m01s later", renewFirst, "delex evalsha")
+		step("after the re-probe", renewThen, "evalsha")
+	}
+	forEachBuild(t, func(t *testing.T, e *env) {
+		delex, setIfeq := hasFast(t, e, e.topo.Build.Name)
+		if !delex {
+			run(t, e, setIfeq)
+			return
+		}
+		topo, err := testbed.NewStandalone(context.Background(), e.topo.Build.Name, testbed.WithConfig(`rename-command DELEX ""`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { topo.Close() })
+		run(t, newEnv(t, topo), setIfeq)
+	})
+}
+
+// An ACL refusal of DELEX is the user's, not the node's: it is no evidence
+// that the node lacks DELEX. The release runs the script in the same call,
+// and every later release tries DELEX again; once the user is granted DELEX
+// the next release uses it, with no five-minute wait.
+func TestACLRefusedProbeDoesNotSwitch(t *testing.T) {
+	forEachBuild(t, func(t *testing.T, e *env) {
+		if delex, _ := hasFast(t, e, e.topo.Build.Name); !delex {
+			t.Skip("the build has no DELEX to refuse")
+		}
+		ctx := ctxT(t, time.Minute)
+		user := "nodelex-" + e.peer
+		if err := e.admin.Do(ctx, "ACL", "SETUSER", user, "reset", "on", ">pw-"+user, "~*", "&*", "+@all", "-delex").Err(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.admin.Do(context.Background(), "ACL", "DELUSER", user) })
+		// go-redis sends AUTH only when a password is set.
+		c, log := loggedClient(t, e, testbed.WithOptions(func(o *redis.UniversalOptions) {
+			o.Username, o.Password = user, "pw-"+user
+		}))
+		co := prim.New(c)
+		lease, fence := e.k("{acl}:lease"), e.k("{acl}:fence")
+		for i := range 3 {
+			if _, rel := lockOps(t, ctx, co, log, lease, fence); rel != "delex evalsha" {
+				t.Fatalf("release %d as a user without DELEX sent %q, want \"delex evalsha\" (refused, then the script)", i, rel)
+			}
+		}
+		if err := e.admin.Do(ctx, "ACL", "SETUSER", user, "+delex").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, rel := lockOps(t, ctx, co, log, lease, fence); rel != "delex" {
+			t.Fatalf("release once DELEX is granted sent %q, want \"delex\"", rel)
+		}
+	})
+}
+
+// A release whose DELEX times out is uncertain (the handle fails closed), and
+// is no evidence about the node either: the next release sends DELEX again.
+func TestTimedOutProbeDoesNotSwitch(t *testing.T) {
+	forEachBuild(t, func(t *testing.T, e *env) {
+		ctx := ctxT(t, time.Minute)
+		c, log := loggedClient(t, e)
+		link, err := e.topo.Link(e.peer, "n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = link.Heal() })
+		co := prim.New(c, prim.WithCleanupTimeout(time.Second))
+		lease, fence := e.k("{to}:lease"), e.k("{to}:fence")
+		l, err := co.TryAcquireFencedLock(ctx, lease, fence, 2*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		log.take()
+		if err := link.Partition(); err != nil {
+			t.Fatal(err)
+		}
+		rctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		_, err = l.Release(rctx)
+		cancel()
+		if !errors.Is(err, prim.ErrUncertain) {
+			t.Fatalf("release over a partitioned link: %v, want ErrUncertain", err)
+		}
+		if got := log.take(); got != "delex" {
+			t.Fatalf("the timed-out release sent %q, want \"delex\"", got)
+		}
+		if err := link.Heal(); err != nil {
+			t.Fatal(err)
+		}
+		e.admin.Del(ctx, lease)
+		delex, _ := hasFast(t, e, e.topo.Build.Name)
+		want := "delex"
+		if !delex {
+			want = "delex evalsha" // tried again: its "unknown command" is the evidence
+		}
+		if _, rel := lockOps(t, ctx, co, log, lease, fence); rel != want {
+			t.Fatalf("release after a timed-out DELEX sent %q, want %q", rel, want)
+		}
+	})
+}
