@@ -267,6 +267,21 @@ func (p *process) logTail(n int) string {
 	return b.String()
 }
 
+// lastLogLine is the last line of the server's log that contains substr ("" if none).
+func (p *process) lastLogLine(substr string) string {
+	data, err := os.ReadFile(p.logPath)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(string(data), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.Contains(lines[i], substr) {
+			return strings.TrimSpace(lines[i])
+		}
+	}
+	return ""
+}
+
 // startupError describes a server that failed to come up: name, command, log.
 func (p *process) startupError(cause error) error {
 	return &StartError{Server: p.name, Command: strings.Join(p.argv, " "), Log: p.logTail(20), Err: cause}

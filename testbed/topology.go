@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,6 +44,7 @@ type config struct {
 	logf          func(string, ...any)
 	adminTimeout  time.Duration
 	clientTimeout time.Duration
+	nodeBuilds    map[string]string // node name -> build (WithNodeBuild)
 }
 
 func defaults() config {
@@ -87,17 +89,53 @@ func WithLogf(f func(string, ...any)) Option { return func(c *config) { c.logf =
 // WithClientTimeout sets dial/read/write timeouts of clients made by Client (default 3s).
 func WithClientTimeout(d time.Duration) Option { return func(c *config) { c.clientTimeout = d } }
 
+// ErrIncompatibleReplica is returned when a replica cannot load its primary's
+// snapshot: its log says "Can't handle RDB format version", as an older server's
+// does when it replicates from a newer one (WithNodeBuild).
+var ErrIncompatibleReplica = errors.New("testbed: a replica cannot load its primary's snapshot")
+
+// rdbTooNew is what a server logs when a snapshot is newer than it can read.
+const rdbTooNew = "Can't handle RDB format version"
+
+// ErrBadOption is returned, before any server starts, for an option the
+// topology cannot honour: WithNodeBuild outside a replicated topology, or naming
+// a node the topology does not have.
+var ErrBadOption = errors.New("testbed: bad topology option")
+
+// WithNodeBuild runs one node of a replicated topology (NewReplicated) on
+// another server build than the topology's: node is a data node's name (n1,
+// the first primary; n2… the replicas) or a sentinel's (s1…), build a matrix
+// name. Given several times, one node each; the last for a node wins. It makes
+// mixed-version topologies, such as an older primary with a newer replica that
+// a failover promotes (Node.Build tells each node's build). Replication works
+// from older to newer only: a replica cannot load a newer server's snapshot
+// (redis-8.0 and valkey-9.1 replicas of a redis-8.6 primary log "Can't handle
+// RDB format version 13" and never come up), and NewReplicated then fails
+// with ErrIncompatibleReplica, quoting that line. An unknown build is ErrUnknownBuild (or
+// ErrBuildMissing), another kind of topology or an unknown node ErrBadOption,
+// before any server starts.
+func WithNodeBuild(node, build string) Option {
+	return func(c *config) {
+		if c.nodeBuilds == nil {
+			c.nodeBuilds = map[string]string{}
+		}
+		c.nodeBuilds[node] = build
+	}
+}
+
 // Topology is a set of running servers, every link of which goes through its own
 // proxy. It is safe for concurrent use. Close stops everything it started.
 type Topology struct {
-	Kind  Kind
+	Kind Kind
+	// Build is the build of every node WithNodeBuild does not name.
 	Build *Build
 
-	cfg       config
-	dir       string
-	sb        *switchboard
-	nodes     []*Node
-	sentinels []*Node
+	cfg        config
+	nodeBuilds map[string]*Build // WithNodeBuild's, resolved
+	dir        string
+	sb         *switchboard
+	nodes      []*Node
+	sentinels  []*Node
 
 	mu      sync.Mutex
 	aux     []*Node // AddStandalone's servers
@@ -119,6 +157,9 @@ type Node struct {
 	Addr string
 	// BusAddr is the announced cluster-bus address (cluster only).
 	BusAddr string
+	// Build is the server build the node runs: the topology's, or the one
+	// WithNodeBuild named for it.
+	Build *Build
 
 	topo  *Topology
 	ip    string
@@ -138,7 +179,10 @@ func (t *Topology) newNode(name string, sentinel bool) (*Node, error) {
 }
 
 func (t *Topology) makeNode(name string, sentinel, aux bool) (*Node, error) {
-	n := &Node{Name: name, Sentinel: sentinel, Aux: aux, topo: t, ip: allocIP(), aof: t.cfg.aof && !sentinel}
+	n := &Node{Name: name, Sentinel: sentinel, Aux: aux, topo: t, ip: allocIP(), aof: t.cfg.aof && !sentinel, Build: t.Build}
+	if b := t.nodeBuilds[name]; b != nil && !aux {
+		n.Build = b
+	}
 	n.dir = filepath.Join(t.dir, name)
 	if err := os.MkdirAll(n.dir, 0o755); err != nil {
 		return nil, err
@@ -159,7 +203,7 @@ func (t *Topology) makeNode(name string, sentinel, aux bool) (*Node, error) {
 		DialTimeout: t.cfg.adminTimeout, ReadTimeout: t.cfg.adminTimeout, WriteTimeout: t.cfg.adminTimeout,
 		DisableIdentity: true,
 	})
-	n.proc = &process{name: fmt.Sprintf("%s %s (%s)", t.Build.Name, name, n.ip), dir: n.dir, logPath: filepath.Join(n.dir, "server.log")}
+	n.proc = &process{name: fmt.Sprintf("%s %s (%s)", n.Build.Name, name, n.ip), dir: n.dir, logPath: filepath.Join(n.dir, "server.log")}
 	switch {
 	case aux:
 		t.mu.Lock()
@@ -247,13 +291,13 @@ func (n *Node) start(ctx context.Context) error {
 	if n.Sentinel {
 		args = append(args, "--sentinel")
 	}
-	n.proc.argv, n.proc.env = n.topo.Build.command(args...), nil
+	n.proc.argv, n.proc.env = n.Build.command(args...), nil
 	if offset != 0 {
 		lib, err := clockSkewLib()
 		if err != nil {
 			return err
 		}
-		n.proc.argv, n.proc.env = n.topo.Build.commandWithPreload(lib, args...)
+		n.proc.argv, n.proc.env = n.Build.commandWithPreload(lib, args...)
 		n.proc.env = append(n.proc.env, fmt.Sprintf("COORDTORTURE_CLOCK_OFFSET_MS=%d", offset.Milliseconds()))
 	}
 	if err := n.proc.start(); err != nil {
@@ -314,11 +358,25 @@ func newTopology(kind Kind, build string, opts []Option) (*Topology, error) {
 	for _, o := range opts {
 		o(&cfg)
 	}
+	var nodeBuilds map[string]*Build
+	if len(cfg.nodeBuilds) > 0 {
+		if kind != KindReplicated {
+			return nil, fmt.Errorf("%w: WithNodeBuild is for replicated topologies, not %s", ErrBadOption, kind)
+		}
+		nodeBuilds = map[string]*Build{}
+		for _, node := range sortedKeys(cfg.nodeBuilds) {
+			nb, err := LookupBuild(cfg.nodeBuilds[node])
+			if err != nil {
+				return nil, fmt.Errorf("WithNodeBuild(%q): %w", node, err)
+			}
+			nodeBuilds[node] = nb
+		}
+	}
 	dir, err := newTempDir()
 	if err != nil {
 		return nil, err
 	}
-	t := &Topology{Kind: kind, Build: b, cfg: cfg, dir: dir, peers: map[string]string{}}
+	t := &Topology{Kind: kind, Build: b, cfg: cfg, nodeBuilds: nodeBuilds, dir: dir, peers: map[string]string{}}
 	t.sb = newSwitchboard(cfg.logf)
 	return t, nil
 }
@@ -436,6 +494,12 @@ func NewReplicated(ctx context.Context, build string, replicas, sentinels int, o
 			return nil, err
 		}
 	}
+	for _, name := range sortedKeys(t.nodeBuilds) {
+		if t.Node(name) == nil {
+			return nil, fmt.Errorf("%w: WithNodeBuild(%q, %q): the topology has no node %q (data nodes n1…n%d, sentinels s1…s%d)",
+				ErrBadOption, name, t.nodeBuilds[name].Name, name, len(t.nodes), len(t.sentinels))
+		}
+	}
 	t0 := time.Now()
 	if err := t.startAll(ctx, t.nodes); err != nil {
 		return nil, err
@@ -472,6 +536,13 @@ func (t *Topology) waitReplication(ctx context.Context) error {
 			}
 			return infoField(info, "master_link_status") == "up", fmt.Errorf("%s: master_link_status=%s", n.Name, infoField(info, "master_link_status"))
 		}); err != nil {
+			if line := n.proc.lastLogLine(rdbTooNew); line != "" {
+				n.mu.Lock()
+				p := n.replicaOf
+				n.mu.Unlock()
+				err = fmt.Errorf("%w: %s (%s) cannot load the snapshot of %s (%s): %q: %v",
+					ErrIncompatibleReplica, n.Name, n.Build.Name, p.Name, p.Build.Name, line, err)
+			}
 			return t.withLogs(err, n)
 		}
 	}
@@ -710,11 +781,10 @@ func shardPrimary(s redis.ClusterShard) string {
 
 func (t *Topology) withLogs(err error, ns ...*Node) error {
 	var b strings.Builder
-	b.WriteString(err.Error())
 	for _, n := range ns {
 		fmt.Fprintf(&b, "\n=== %s log\n%s", n.proc.name, n.LogTail(20))
 	}
-	return errors.New(b.String())
+	return fmt.Errorf("%w%s", err, b.String())
 }
 
 // Nodes returns the data nodes (primary first for replicated topologies, as started).
@@ -807,4 +877,16 @@ func toStringMap(v any) map[string]string {
 	return out
 }
 
-func b2s(t *Topology) string { return fmt.Sprintf("%s %s", t.Build.Name, t.Kind) }
+func b2s(t *Topology) string {
+	if len(t.nodeBuilds) == 0 {
+		return fmt.Sprintf("%s %s", t.Build.Name, t.Kind)
+	}
+	var b strings.Builder
+	for _, n := range append(slices.Clone(t.nodes), t.sentinels...) {
+		if b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%s=%s", n.Name, n.Build.Name)
+	}
+	return fmt.Sprintf("mixed %s (%s)", t.Kind, b.String())
+}
