@@ -36,6 +36,12 @@ func TestWithNodeBuildBadInput(t *testing.T) {
 		{"unknown build", func() (*testbed.Topology, error) {
 			return testbed.NewReplicated(ctx, "", 1, 0, testbed.WithNodeBuild("n2", "redis-9.9"))
 		}, testbed.ErrUnknownBuild, `"redis-9.9"`},
+		{"node config, standalone", func() (*testbed.Topology, error) {
+			return testbed.NewStandalone(ctx, "", testbed.WithNodeConfig("n1", "maxclients 100"))
+		}, testbed.ErrBadOption, "not standalone"},
+		{"node config, no such node", func() (*testbed.Topology, error) {
+			return testbed.NewReplicated(ctx, "", 1, 0, testbed.WithNodeConfig("n3", "maxclients 100"))
+		}, testbed.ErrBadOption, `no data node "n3"`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

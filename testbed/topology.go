@@ -44,7 +44,8 @@ type config struct {
 	logf          func(string, ...any)
 	adminTimeout  time.Duration
 	clientTimeout time.Duration
-	nodeBuilds    map[string]string // node name -> build (WithNodeBuild)
+	nodeBuilds    map[string]string   // node name -> build (WithNodeBuild)
+	nodeExtra     map[string][]string // node name -> configuration lines (WithNodeConfig)
 }
 
 func defaults() config {
@@ -120,6 +121,21 @@ func WithNodeBuild(node, build string) Option {
 			c.nodeBuilds = map[string]string{}
 		}
 		c.nodeBuilds[node] = build
+	}
+}
+
+// WithNodeConfig adds configuration lines to one data node of a replicated
+// topology (NewReplicated), after WithConfig's: for example
+// `rename-command DELEX ""` on a replica, so that the server it becomes after
+// a failover truly answers "unknown command" to DELEX. Given several times,
+// the lines add up. A node the topology does not have is ErrBadOption, before
+// any server starts.
+func WithNodeConfig(node string, lines ...string) Option {
+	return func(c *config) {
+		if c.nodeExtra == nil {
+			c.nodeExtra = map[string][]string{}
+		}
+		c.nodeExtra[node] = append(c.nodeExtra[node], lines...)
 	}
 }
 
@@ -270,6 +286,9 @@ func (n *Node) conf() string {
 	for _, l := range t.cfg.extra {
 		w("%s", l)
 	}
+	for _, l := range t.cfg.nodeExtra[n.Name] {
+		w("%s", l)
+	}
 	return b.String()
 }
 
@@ -357,6 +376,9 @@ func newTopology(kind Kind, build string, opts []Option) (*Topology, error) {
 	cfg := defaults()
 	for _, o := range opts {
 		o(&cfg)
+	}
+	if len(cfg.nodeExtra) > 0 && kind != KindReplicated {
+		return nil, fmt.Errorf("%w: WithNodeConfig is for replicated topologies, not %s", ErrBadOption, kind)
 	}
 	var nodeBuilds map[string]*Build
 	if len(cfg.nodeBuilds) > 0 {
@@ -492,6 +514,11 @@ func NewReplicated(ctx context.Context, build string, replicas, sentinels int, o
 	for i := 0; i < sentinels; i++ {
 		if _, err := t.newNode(fmt.Sprintf("s%d", i+1), true); err != nil {
 			return nil, err
+		}
+	}
+	for _, name := range sortedKeys(t.cfg.nodeExtra) {
+		if n := t.Node(name); n == nil || n.Sentinel {
+			return nil, fmt.Errorf("%w: WithNodeConfig(%q): the topology has no data node %q (n1…n%d)", ErrBadOption, name, name, len(t.nodes))
 		}
 	}
 	for _, name := range sortedKeys(t.nodeBuilds) {
