@@ -373,3 +373,100 @@ func TestTimedOutProbeDoesNotSwitch(t *testing.T) {
 		}
 	})
 }
+
+// The record follows a Sentinel failover. From a redis-8.6 primary to a
+// redis-8.6 replica that truly does not know DELEX (rename-command DELEX "" in
+// its configuration: replication from 8.6 to an older build cannot be set up,
+// and an ACL denial is no evidence): the first release there sends DELEX, gets
+// "unknown command" and releases with the script in the same call, and the
+// releases after it send the script only; SET IFEQ, which the new primary
+// has, stays. Failing back to the first primary, the fast path returns at the
+// re-probe five minutes later. Then from an older primary (redis-8.0) to a
+// redis-8.6 replica (mixed versions, older to newer): the re-probe finds DELEX
+// and SET IFEQ on the new primary.
+func TestFailoverChangesFastPath(t *testing.T) {
+	if !slices.Contains(testbed.Matrix(), "redis-8.6") {
+		t.Skip("needs redis-8.6 in the matrix")
+	}
+	// settle acquires throwaway locks until the client reaches the new
+	// primary, and drops their commands from the log.
+	settle := func(t *testing.T, ctx context.Context, co *prim.Coordinator, log *cmdLog, ns string) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for i := 0; ; i++ {
+			_, err := co.TryAcquireFencedLock(ctx, fmt.Sprintf("{%s%d}:lease", ns, i), fmt.Sprintf("{%s%d}:fence", ns, i), time.Second)
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no acquisition through the failover client within 30s: %v", err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		log.take()
+	}
+	step := func(t *testing.T, ctx context.Context, co *prim.Coordinator, log *cmdLog, key, name, wantRenew, wantRelease string) {
+		t.Helper()
+		renew, release := lockOps(t, ctx, co, log, "{"+key+"}:lease", "{"+key+"}:fence")
+		if renew != wantRenew || release != wantRelease {
+			t.Fatalf("%s: renewal sent %q (want %q), release %q (want %q)", name, renew, wantRenew, release, wantRelease)
+		}
+	}
+	t.Run("8.6 to 8.6 without DELEX and back", func(t *testing.T) {
+		ctx := ctxT(t, 3*time.Minute)
+		defer knobs.AdvanceCapClock(0)()
+		topo := testbed.Replicated(t, "redis-8.6", 1, 3, testbed.WithNodeConfig("n2", `rename-command DELEX ""`))
+		c, err := topo.Client()
+		if err != nil {
+			t.Fatal(err)
+		}
+		log := &cmdLog{}
+		c.AddHook(log)
+		co := prim.New(c)
+		step(t, ctx, co, log, "a", "on the 8.6 primary", "set", "delex")
+		np, err := topo.FailoverSentinel(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if np.Name != "n2" {
+			t.Fatalf("failed over to %s", np.Name)
+		}
+		settle(t, ctx, co, log, "w1-")
+		step(t, ctx, co, log, "b", "first release on the new primary", "set", "delex evalsha")
+		step(t, ctx, co, log, "c", "then", "set", "evalsha")
+		if np, err = topo.FailoverSentinel(ctx); err != nil || np.Name != "n1" {
+			t.Fatalf("failing back: %v %v", np, err)
+		}
+		settle(t, ctx, co, log, "w2-")
+		step(t, ctx, co, log, "d", "back on n1, within five minutes", "set", "evalsha")
+		knobs.AdvanceCapClock(reprobe)
+		step(t, ctx, co, log, "e", "back on n1, five minutes later", "set", "delex")
+	})
+	t.Run("8.0 to 8.6", func(t *testing.T) {
+		if !slices.Contains(testbed.Matrix(), "redis-8.0") {
+			t.Skip("needs redis-8.0 in the matrix")
+		}
+		ctx := ctxT(t, 3*time.Minute)
+		defer knobs.AdvanceCapClock(0)()
+		topo := testbed.Replicated(t, "redis-8.0", 1, 3, testbed.WithNodeBuild("n2", "redis-8.6"))
+		c, err := topo.Client()
+		if err != nil {
+			t.Fatal(err)
+		}
+		log := &cmdLog{}
+		c.AddHook(log)
+		co := prim.New(c)
+		step(t, ctx, co, log, "a", "on the 8.0 primary", "set evalsha", "delex evalsha")
+		if np, err := topo.FailoverSentinel(ctx); err != nil || np.Name != "n2" {
+			t.Fatalf("failover: %v %v", np, err)
+		}
+		settle(t, ctx, co, log, "w1-")
+		step(t, ctx, co, log, "b", "on the 8.6 primary, within five minutes", "evalsha", "evalsha")
+		knobs.AdvanceCapClock(reprobe)
+		step(t, ctx, co, log, "c", "on the 8.6 primary, five minutes later", "set", "delex")
+	})
+}
+
+// reprobe is a little more than the five minutes after which a node is
+// probed again.
+const reprobe = 5*time.Minute + time.Second
