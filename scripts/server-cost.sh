@@ -12,6 +12,16 @@
 # hz 1, so its background cron (which runs by wall time, and so more under
 # valgrind's slowdown) stays out of the figures.
 #
+# Release and renewal are measured on both of prim's paths: the scripts, and the
+# plain owner-checked commands of servers that have them (DELEX … IFEQ, Redis 8.4+;
+# SET … IFEQ … PX, Redis 8.4+ and Valkey 8.1+); a command the build refuses prints
+# "n/a" with the server's answer. A renewal renews one held lease N times. A
+# release of a held lease needs a lease per call: N pairs (SET NX PX of lease i,
+# then its release) are piped in one stream (redis-cli --pipe) and the count of N
+# SET NX PX alone, piped the same way, is subtracted; these "held" rows compare
+# with each other (piped in bulk, their reading costs a little less per command
+# than redis-benchmark's batches of 16).
+#
 # Usage: scripts/server-cost.sh [BUILD] [N]   (default redis-8.0, 20000)
 # Needs: valgrind (apt-get install valgrind) and `make servers`.
 set -euo pipefail
@@ -46,13 +56,21 @@ trap 'exit 130' INT TERM
 # The scripts, exactly as each implementation sends them.
 acquire=$(cat "$here/prim/scripts/fenced_acquire.lua")
 release=$(cat "$here/prim/scripts/lease_release.lua")
+renew=$(cat "$here/prim/scripts/lease_renew.lua")
 casdel="if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
 onecall="return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])"
 sha() { printf %s "$1" | sha1sum | cut -c1-40; }
 
 # measure ARGS…: runs one server lifetime under callgrind that serves the
 # command N times (none for "idle") and sets $total to its instruction count.
-measure() {
+# With pre set (an array), that command is sent once first (the lease a renewal
+# renews). With optional=1 a refused command sets $total to "" and $refused to
+# the server's answer instead of ending the script. "pipe FILE" sends FILE with
+# redis-cli --pipe instead of redis-benchmark (every reply must be a success).
+pre=()
+optional=0
+refused=
+start_server() {
   rm -f "$work/cg" "$work/s"
   valgrind --tool=callgrind --callgrind-out-file="$work/cg" "$loader" --library-path "$libs" \
     "$root/usr/bin/$flavor-server" --port 0 --unixsocket "$work/s" --save '' --appendonly no --hz 1 \
@@ -68,25 +86,65 @@ measure() {
     tail -20 "$work/log" >&2
     exit 1
   fi
-  for s in "$acquire" "$release" "$casdel" "$onecall" "return 1"; do
+  for s in "$acquire" "$release" "$renew" "$casdel" "$onecall" "return 1"; do
     tool cli -s "$work/s" script load "$s" >/dev/null
   done
-  if [ "$1" != idle ]; then
+}
+finish_server() {
+  tool cli -s "$work/s" shutdown nosave >/dev/null 2>&1 || true
+  stop_server
+  total=$(awk '/^(summary|totals):/ {print $2; exit}' "$work/cg")
+  [[ $total =~ ^[0-9]+$ ]] || { echo "server-cost: no instruction count in callgrind's output" >&2; exit 1; }
+}
+measure() {
+  start_server
+  refused=
+  if [ "$1" = pipe ]; then
+    tool cli -s "$work/s" --pipe <"$2" >"$work/pipe.log" 2>&1 || true
+    if ! grep -q '^errors: 0, replies: ' "$work/pipe.log"; then
+      echo "server-cost: piping $(basename "$2") failed:" >&2; tail -5 "$work/pipe.log" >&2; exit 1
+    fi
+  elif [ "$1" != idle ]; then
+    [ ${#pre[@]} -eq 0 ] || tool cli -s "$work/s" "${pre[@]}" >/dev/null
     # One call first, to see that it is answered, not refused: an error reply
     # would be counted as cheaply as any other.
     local reply
     reply=$(tool cli -s "$work/s" "$@" 2>&1)
     if grep -qE '^(\(error\) )?[A-Z]+ ' <<<"$reply" && ! grep -qE '^[0-9-]' <<<"$reply"; then
+      if [ "$optional" = 1 ]; then
+        refused=$reply
+        tool cli -s "$work/s" shutdown nosave >/dev/null 2>&1 || true
+        stop_server
+        total=
+        return
+      fi
       echo "server-cost: '$*' was refused: $reply" >&2
       exit 1
     fi
     tool benchmark -s "$work/s" -P 16 -n "$n" -r 100000000 -q "$@" >"$work/bench.log" 2>&1 || {
       echo "server-cost: the benchmark of '$*' failed:" >&2; tail -5 "$work/bench.log" >&2; exit 1; }
   fi
-  tool cli -s "$work/s" shutdown nosave >/dev/null 2>&1 || true
-  stop_server
-  total=$(awk '/^(summary|totals):/ {print $2; exit}' "$work/cg")
-  [[ $total =~ ^[0-9]+$ ]] || { echo "server-cost: no instruction count in callgrind's output" >&2; exit 1; }
+  finish_server
+}
+
+# pipe_file NAME [CMD…]: writes $work/NAME, N times "SET L:i OWNER NX PX 100000"
+# each followed by CMD (if given) with KEY replaced by L:i, in RESP.
+pipe_file() {
+  local name=$1; shift
+  awk -v n="$n" -v owner="$owner" -v then="$*" '
+    function put(s,   a, k, i, out) {
+      k = split(s, a, " ")
+      out = "*" k "\r\n"
+      for (i = 1; i <= k; i++) out = out "$" length(a[i]) "\r\n" a[i] "\r\n"
+      printf "%s", out
+    }
+    BEGIN {
+      for (i = 1; i <= n; i++) {
+        key = "L:" i
+        put("SET " key " " owner " NX PX 100000")
+        if (then != "") { c = then; gsub(/KEY/, key, c); put(c) }
+      }
+    }' >"$work/$name"
 }
 
 owner=0123456789abcdef0123456789abcdef
@@ -104,3 +162,42 @@ row "one-call script SET NX PX (redislock's kind)" EVALSHA "$(sha "$onecall")" 1
 row "prim fenced acquisition (fenced_acquire.lua)" EVALSHA "$(sha "$acquire")" 2 "L:__rand_int__" C "$owner" 10000
 row "prim release of a missing lease" EVALSHA "$(sha "$release")" 1 "L:__rand_int__" "$owner" 0
 row "compare-and-delete of a missing lease" EVALSHA "$(sha "$casdel")" 1 "L:__rand_int__" "$owner"
+
+# A row of a command only some servers have: "n/a" and the server's answer elsewhere.
+optrow() {
+  local name=$1; shift
+  optional=1
+  measure "$@"
+  optional=0
+  if [ -z "$total" ]; then
+    printf '  %-44s %8s  (%s)\n' "$name" n/a "$(head -1 <<<"$refused")"
+  else
+    printf '  %-44s %8d\n' "$name" $(((total - idle) / n))
+  fi
+}
+optrow "DELEX IFEQ of a missing lease" DELEX "L:__rand_int__" IFEQ "$owner"
+delex_refused=$refused
+
+echo "renewal of a held lease (the same lease N times):"
+pre=(SET L "$owner" PX 100000)
+row "prim renewal script (lease_renew.lua)" EVALSHA "$(sha "$renew")" 1 L "$owner" 10000
+optrow "SET IFEQ PX" SET L "$owner" IFEQ "$owner" PX 10000
+pre=()
+
+echo "release of a held lease (N piped pairs of SET NX PX and the release, less N piped SET NX PX):"
+pipe_file sets
+measure pipe "$work/sets"
+sets=$total
+held() {
+  local name=$1; shift
+  pipe_file pairs "$@"
+  measure pipe "$work/pairs"
+  printf '  %-44s %8d\n' "$name" $(((total - sets) / n))
+}
+held "prim release script (lease_release.lua)" EVALSHA "$(sha "$release")" 1 KEY "$owner" 0
+held "compare-and-delete" EVALSHA "$(sha "$casdel")" 1 KEY "$owner"
+if [ -z "$delex_refused" ]; then
+  held "DELEX IFEQ" DELEX KEY IFEQ "$owner"
+else
+  printf '  %-44s %8s  (%s)\n' "DELEX IFEQ" n/a "$(head -1 <<<"$delex_refused")"
+fi
