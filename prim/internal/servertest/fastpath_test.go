@@ -470,3 +470,44 @@ func TestFailoverChangesFastPath(t *testing.T) {
 // reprobe is a little more than the five minutes after which a node is
 // probed again.
 const reprobe = 5*time.Minute + time.Second
+
+// A node whose lease script found no hash-field expiry ("unknown command" to
+// HPTTL) refuses named leases without sending anything for five minutes, then
+// asks again. On servers with it, every attempt runs the script.
+func TestHashFieldExpiryRecorded(t *testing.T) {
+	forEachBuild(t, func(t *testing.T, e *env) {
+		ctx := ctxT(t, time.Minute)
+		defer knobs.AdvanceCapClock(0)()
+		hfe := hasFieldExpiry(ctx, e.admin)
+		c, log := loggedClient(t, e)
+		co := prim.New(c)
+		h := e.k("leases")
+		attempt := func(name, want string) {
+			t.Helper()
+			l, err := co.TryAcquireLease(ctx, h, "f", time.Second)
+			if hfe {
+				if err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				l.Release(ctx)
+			} else if !errors.Is(err, prim.ErrFeatureUnsupported) {
+				t.Fatalf("%s: %v, want ErrFeatureUnsupported", name, err)
+			}
+			if got := log.take(); got != want {
+				t.Fatalf("%s sent %q, want %q", name, got, want)
+			}
+		}
+		if hfe {
+			attempt("first", "evalsha evalsha") // acquisition, release
+			attempt("second", "evalsha evalsha")
+			return
+		}
+		attempt("first", "evalsha")
+		attempt("second", "")
+		knobs.AdvanceCapClock(5*time.Minute - 2*time.Second)
+		attempt("4m58s later", "")
+		knobs.AdvanceCapClock(3 * time.Second)
+		attempt("5m01s later", "evalsha")
+		attempt("after the re-probe", "")
+	})
+}
