@@ -361,6 +361,7 @@ func (h *handle) renewOn(ctx context.Context, fc *fenceConn, ttl time.Duration) 
 			case errors.Is(err, redis.Nil), notAString(err):
 				return intCmd(ctx, 0)
 			case h.c.caps.learn(node, capSetIfeq, err) || refusedByACL(err):
+				// Nothing ran: the script below, on the same connection.
 			default:
 				return cmd
 			}
