@@ -511,3 +511,88 @@ func TestHashFieldExpiryRecorded(t *testing.T) {
 		attempt("after the re-probe", "")
 	})
 }
+
+// beforeGet runs a function once, right before the client's next GET.
+type beforeGet struct {
+	mu sync.Mutex
+	f  func()
+}
+
+func (h *beforeGet) arm(f func()) { h.mu.Lock(); h.f = f; h.mu.Unlock() }
+
+func (h *beforeGet) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *beforeGet) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "get" {
+			h.mu.Lock()
+			f := h.f
+			h.f = nil
+			h.mu.Unlock()
+			if f != nil {
+				f()
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *beforeGet) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// When DELEX removes nothing, the GET that tells "gone" from "another
+// owner's" may see a later state than DELEX did; the answer is the one the
+// release script would have given at the GET: the lease gone meanwhile is
+// AlreadyReleased, taken meanwhile NotOwned (untouched), and this owner's own
+// value back (as a failover to a replica that still had it would bring) is
+// left to the script, which removes it: Released.
+func TestDelexMissRaces(t *testing.T) {
+	forEachBuild(t, func(t *testing.T, e *env) {
+		if delex, _ := hasFast(t, e, e.topo.Build.Name); !delex {
+			t.Skip("the build has no DELEX")
+		}
+		ctx := ctxT(t, time.Minute)
+		c, log := loggedClient(t, e)
+		hook := &beforeGet{}
+		c.AddHook(hook)
+		co := prim.New(c)
+		lease, fence := e.k("{race}:lease"), e.k("{race}:fence")
+		cases := []struct {
+			name        string
+			atDelex     func(own string) // the state DELEX finds
+			beforeGet   func(own string) // changed before the GET
+			want        prim.ReleaseResult
+			wantCmds    string
+			wantLeftVal string // "" : no key left
+		}{
+			{"gone before the GET", func(string) { e.admin.Set(ctx, lease, "other", time.Minute) },
+				func(string) { e.admin.Del(ctx, lease) }, prim.AlreadyReleased, "delex get", ""},
+			{"taken before the GET", func(string) { e.admin.Del(ctx, lease) },
+				func(string) { e.admin.Set(ctx, lease, "other", time.Minute) }, prim.NotOwned, "delex get", "other"},
+			{"own value back before the GET", func(string) { e.admin.Set(ctx, lease, "other", time.Minute) },
+				func(own string) { e.admin.Set(ctx, lease, own, time.Minute) }, prim.Released, "delex get evalsha", ""},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				e.admin.Del(ctx, lease)
+				l, err := co.TryAcquireFencedLock(ctx, lease, fence, 10*time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				own := l.OwnerToken()
+				tc.atDelex(own)
+				hook.arm(func() { tc.beforeGet(own) })
+				log.take()
+				r, err := l.Release(ctx)
+				if r != tc.want || err != nil {
+					t.Fatalf("release: %v %v, want %v", r, err, tc.want)
+				}
+				if got := log.take(); got != tc.wantCmds {
+					t.Fatalf("release sent %q, want %q", got, tc.wantCmds)
+				}
+				if got := e.admin.Get(ctx, lease).Val(); got != tc.wantLeftVal {
+					t.Fatalf("the key holds %q after the release, want %q", got, tc.wantLeftVal)
+				}
+			})
+		}
+	})
+}
