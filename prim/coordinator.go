@@ -54,6 +54,7 @@ type Coordinator struct {
 	m       *metrics
 	fences  *fencePool
 	ws      *watchers
+	caps    *capRecord // what each node can do; shared by prefixed views
 }
 
 // Option configures a Coordinator.
@@ -88,6 +89,7 @@ func New(client redis.UniversalClient, opts ...Option) *Coordinator {
 	c.m.off = !recording
 	c.fences = newFencePool(client)
 	c.ws = newWatchers()
+	c.caps = newCapRecord()
 	return c
 }
 

@@ -111,6 +111,15 @@ func (p *fencePool) on(ctx context.Context, node *redis.Client) (*fenceConn, err
 // ASK), and the cluster client reloads its slot map. It returns the connection
 // the script's last send used (nil if none was made: the script was not sent).
 func (p *fencePool) run(ctx context.Context, key string, s *luaScript, keys []string, args ...any) (*fenceConn, *redis.Cmd, error) {
+	return p.runWith(ctx, key, func(ctx context.Context, fc *fenceConn) *redis.Cmd {
+		return evalScript(ctx, fc.conn, s, false, keys, args...)
+	})
+}
+
+// runWith is run with what is sent on the connection given by send, which
+// sends at most once (resends off) and returns the command whose answer
+// stands (a MOVED or ASK answer is followed as run says).
+func (p *fencePool) runWith(ctx context.Context, key string, send func(context.Context, *fenceConn) *redis.Cmd) (*fenceConn, *redis.Cmd, error) {
 	var node *redis.Client // nil: the node that serves key
 	asking := false
 	for redirects := 0; ; redirects++ {
@@ -134,7 +143,7 @@ func (p *fencePool) run(ctx context.Context, key string, s *luaScript, keys []st
 			p.put(fc) // not sent
 			return nil, nil, err
 		}
-		cmd := evalScript(ctx, fc.conn, s, false, keys, args...)
+		cmd := send(ctx, fc)
 		err = cmd.Err()
 		movedAddr, moved := redis.IsMovedError(err)
 		askAddr, ask := redis.IsAskError(err)

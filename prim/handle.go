@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // State is what a handle knows about its ownership.
@@ -65,9 +68,14 @@ type leaseScripts struct {
 	// renewNeedsEstimate: Renew answers false without I/O once the local estimate
 	// has run out (fenced locks). Hash-field leases ask Redis instead.
 	renewNeedsEstimate bool
+	// plainKey: the lease is a whole string key, so release and renewal have
+	// one-command forms (DELEX … IFEQ, SET … IFEQ … PX) where the node has
+	// them. A hash-field lease has none: no command compares a field's value.
+	plainKey bool
 }
 
-var fencedScripts = &leaseScripts{renew: scriptLeaseRenew, verify: scriptLeaseVerify, release: scriptLeaseRelease, renewNeedsEstimate: true}
+var fencedScripts = &leaseScripts{renew: scriptLeaseRenew, verify: scriptLeaseVerify, release: scriptLeaseRelease,
+	renewNeedsEstimate: true, plainKey: true}
 
 // handle is the lifecycle every owner-token lease shares: renew, verify,
 // release and close, one at a time, failing closed on uncertain outcomes.
@@ -291,7 +299,9 @@ func (h *handle) Renew(ctx context.Context, ttl time.Duration) (bool, error) {
 	}
 	r, cerr := bounded(ctx, func(ctx context.Context) renewResult {
 		sent := time.Now()
-		fc, cmd, err := h.c.fences.run(ctx, h.key, h.script.renew, []string{h.key}, h.args(ttl)...)
+		fc, cmd, err := h.c.fences.runWith(ctx, h.key, func(ctx context.Context, fc *fenceConn) *redis.Cmd {
+			return h.renewOn(ctx, fc, ttl)
+		})
 		if err != nil {
 			return renewResult{err: err, sent: sent}
 		}
@@ -328,6 +338,43 @@ func (h *handle) Renew(ctx context.Context, ttl time.Duration) (bool, error) {
 	h.mu.Unlock()
 	h.c.m.add(ctx, h.c.m.renew, h.kind, "renewed")
 	return true, nil
+}
+
+// renewOn sends the owner-checked renewal on a dedicated connection: for a
+// plain-key lease SET key owner IFEQ owner PX ttl where the node has it (the
+// value, and so the fencing token, is written over itself; a missing key is
+// not created), else the renewal script. The answer is the script's: 1
+// renewed, 0 not this owner's (a key of another type included, as the
+// script's GET finds no string of ours). An "unknown" answer to SET IFEQ
+// (older servers: "ERR syntax error", recorded) or an ACL refusal (NOPERM, not
+// recorded) ran nothing: the script follows on the same connection.
+func (h *handle) renewOn(ctx context.Context, fc *fenceConn, ttl time.Duration) *redis.Cmd {
+	if h.script.plainKey {
+		node := nodeOf(fc.node)
+		if h.c.caps.use(node, capSetIfeq) {
+			cmd := redis.NewCmd(ctx, "set", h.key, h.owner, "ifeq", h.owner, "px", ttl.Milliseconds())
+			_ = fc.conn.Process(ctx, noRetryCmd{cmd})
+			err := cmd.Err()
+			switch {
+			case err == nil:
+				return intCmd(ctx, 1)
+			case errors.Is(err, redis.Nil), notAString(err):
+				return intCmd(ctx, 0)
+			case h.c.caps.learn(node, capSetIfeq, err) || refusedByACL(err):
+				// Nothing ran: the script below, on the same connection.
+			default:
+				return cmd
+			}
+		}
+	}
+	return evalScript(ctx, fc.conn, h.script.renew, false, []string{h.key}, h.args(ttl)...)
+}
+
+// intCmd is a command answered n.
+func intCmd(ctx context.Context, n int64) *redis.Cmd {
+	c := redis.NewCmd(ctx)
+	c.SetVal(n)
+	return c
 }
 
 // uncertain fails the handle closed and records why.
@@ -446,8 +493,17 @@ func (h *handle) releaseOnce(ctx context.Context) (ReleaseResult, error) {
 	if h.getState() == stateReleased {
 		return AlreadyReleased, nil
 	}
-	n, err := evalScript(ctx, h.c.client, h.script.release, false, []string{h.key}, h.args(0)...).Int64()
+	n, done, err := h.releaseFast(ctx)
+	if !done {
+		n, err = evalScript(ctx, h.c.client, h.script.release, false, []string{h.key}, h.args(0)...).Int64()
+	}
 	if err != nil {
+		var settled *unsettledRelease
+		if errors.As(err, &settled) {
+			h.failClosed()
+			h.c.m.add(ctx, h.c.m.uncertain, h.kind, "release")
+			return 0, err
+		}
 		if uncertain(err) {
 			h.failClosed()
 			h.c.m.add(ctx, h.c.m.uncertain, h.kind, "release")
@@ -468,6 +524,96 @@ func (h *handle) releaseOnce(ctx context.Context) (ReleaseResult, error) {
 	h.c.m.add(ctx, h.c.m.release, h.kind, r.String())
 	return r, nil
 }
+
+// releaseFast releases a plain-key lease with DELEX key IFEQ owner where the
+// node has it, answering as the release script does: 1 removed, 0 no lease,
+// -1 another owner's (or a value of another type). done false: the node lacks
+// DELEX (its "unknown command", recorded) or the user may not run it (NOPERM,
+// not recorded); nothing ran and the caller runs the script.
+//
+// DELEX answers 0 both for a missing key and for another owner's: that rare
+// path reads the key once more (GET) and answers what the script would have
+// answered at the moment of that read: missing → 0, another value → -1. Our
+// own value can be there again only if a failover put back a replica that
+// still had it (nobody else ever writes it, and renewal writes it only over
+// itself); then the script decides, atomically.
+//
+// DELEX goes with resends off, as the script does: a resend after a lost reply
+// could not tell "I removed it" from "it was gone".
+func (h *handle) releaseFast(ctx context.Context) (n int64, done bool, err error) {
+	if !h.script.plainKey {
+		return 0, false, nil
+	}
+	node := h.c.nodeName(ctx, h.key)
+	if !h.c.caps.use(node, capDelex) {
+		return 0, false, nil
+	}
+	cmd := redis.NewIntCmd(ctx, "delex", h.key, "ifeq", h.owner)
+	_ = h.c.client.Process(ctx, noRetryInt{cmd})
+	n, err = cmd.Result()
+	switch {
+	case err == nil && n == 1:
+		return 1, true, nil
+	case err == nil:
+		n, err = h.afterDelexMiss(ctx)
+		return n, true, err
+	case h.c.caps.learn(node, capDelex, err) || refusedByACL(err):
+		return 0, false, nil
+	case notAString(err):
+		return -1, true, nil // the script's answer: GET finds no string of ours
+	}
+	return 0, true, err
+}
+
+// afterDelexMiss tells, after DELEX removed nothing, a lease that is gone (0)
+// from another owner's (-1).
+func (h *handle) afterDelexMiss(ctx context.Context) (int64, error) {
+	v, err := h.c.client.Get(ctx, h.key).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return 0, nil
+	case err == nil && v == h.owner.(string):
+		return evalScript(ctx, h.c.client, h.script.release, false, []string{h.key}, h.args(0)...).Int64()
+	case err == nil, notAString(err):
+		return -1, nil
+	}
+	return 0, &unsettledRelease{key: h.key, err: serverError(err)}
+}
+
+// unsettledRelease: DELEX removed nothing, so the lease is not this owner's,
+// but the read that tells "gone" from "another owner's" failed. The handle
+// fails closed; Release again settles it.
+type unsettledRelease struct {
+	key string
+	err error
+}
+
+func (e *unsettledRelease) Error() string {
+	return fmt.Sprintf("%v: releasing %q: DELEX removed nothing (the lease is not this owner's), "+
+		"but reading it to tell gone from another owner's failed: %v", ErrUncertain, e.key, e.err)
+}
+
+// Is matches ErrUncertain: which answer is true is unknown; Release again.
+func (e *unsettledRelease) Is(target error) bool { return target == ErrUncertain }
+
+func (e *unsettledRelease) Unwrap() error { return e.err }
+
+// notAString reports the answer of DELEX, SET IFEQ or GET on a key that holds
+// another type than a string.
+func notAString(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	m := re.Error()
+	return strings.HasPrefix(m, "WRONGTYPE") || strings.HasPrefix(m, "ERR Key should be of string type")
+}
+
+// noRetryInt is an IntCmd go-redis never resends once written.
+type noRetryInt struct{ *redis.IntCmd }
+
+// NoRetry implements redis.Cmder.
+func (noRetryInt) NoRetry() bool { return true }
 
 // Close releases the lease best-effort (owner-checked, bounded by the
 // Coordinator's clean-up timeout). It is idempotent and safe to call from several

@@ -23,6 +23,8 @@ var (
 // needs; nothing was written.
 var ErrFeatureUnsupported = errors.New("prim: server does not support the feature")
 
+var errNoHFE = fmt.Errorf("%w: hash-field expiration (HPEXPIRE/HPTTL) is needed for named leases; it exists in Redis 7.4+ and Valkey 9.0+", ErrFeatureUnsupported)
+
 // ErrHashKeyExpiring is returned when a hash key for named leases has a
 // key-level expiry: when it elapsed the server would delete every lease in the
 // hash at once. Nothing was written.
@@ -128,6 +130,13 @@ type leaseAttempt struct {
 // is fenced with CLIENT KILL and the field released owner-checked, and the
 // error matches ErrUncertain.
 func (c *Coordinator) tryLease(ctx context.Context, hk, field string, ttl time.Duration) (*Lease, time.Duration, error) {
+	// A node whose answer (HPTTL in the script: "unknown command") showed it
+	// lacks hash-field expiry is not asked again for five minutes.
+	node := c.nodeName(ctx, hk)
+	if !c.caps.use(node, capHashFieldExpiry) {
+		c.m.add(ctx, c.m.acquire, "hash-lease", "refused")
+		return nil, 0, errNoHFE
+	}
 	owner := any(newOwnerToken())
 	l := &Lease{field: field}
 	sent := time.Now()
@@ -190,7 +199,8 @@ func (c *Coordinator) tryLease(ctx context.Context, hk, field string, ttl time.D
 	c.m.add(ctx, c.m.acquire, "hash-lease", "refused")
 	switch val {
 	case "no-hfe":
-		return nil, 0, fmt.Errorf("%w: hash-field expiration (HPEXPIRE/HPTTL) is needed for named leases; it exists in Redis 7.4+ and Valkey 9.0+", ErrFeatureUnsupported)
+		c.caps.markAbsent(node, capHashFieldExpiry)
+		return nil, 0, errNoHFE
 	case "key-expiry":
 		return nil, 0, fmt.Errorf("%w: %q", ErrHashKeyExpiring, hk)
 	case "wrongtype":

@@ -40,3 +40,27 @@ func SetWakeEveryWaiter(on bool) (restore func()) {
 	old := WakeEveryWaiter.Swap(on)
 	return func() { WakeEveryWaiter.Store(old) }
 }
+
+// CapClockOffset shifts the clock of prim's per-node capability record
+// (nanoseconds added to the wall clock): tests advance it past the five
+// minutes after which a node that answered "unknown command" is probed again.
+var CapClockOffset atomic.Int64
+
+// ForceFallback makes Coordinators created while it is set use the scripts
+// for every operation, as on a server without the fast commands (benchmarks
+// compare the two paths on one server).
+var ForceFallback atomic.Bool
+
+// AdvanceCapClock moves the capability record's clock forward by d and
+// returns the function that restores it.
+func AdvanceCapClock(d time.Duration) (restore func()) {
+	old := CapClockOffset.Add(int64(d)) - int64(d)
+	return func() { CapClockOffset.Store(old) }
+}
+
+// SetForceFallback sets ForceFallback and returns the function that restores
+// it.
+func SetForceFallback(on bool) (restore func()) {
+	old := ForceFallback.Swap(on)
+	return func() { ForceFallback.Store(old) }
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/coordtorture/coordtorture/prim"
+	"github.com/coordtorture/coordtorture/prim/internal/knobs"
 	"github.com/coordtorture/coordtorture/testbed"
 )
 
@@ -40,19 +41,30 @@ type lockImpl struct {
 	pair func(c redis.UniversalClient, key string) func() error
 }
 
+// primPair is prim's acquire+release pair on co.
+func primPair(ctx context.Context, co *prim.Coordinator, key string) func() error {
+	lease, fence := "{"+key+"}:lease", "{"+key+"}:fence"
+	return func() error {
+		l, err := co.TryAcquireFencedLock(ctx, lease, fence, 10*time.Second)
+		if err != nil {
+			return err
+		}
+		_, err = l.Release(ctx)
+		return err
+	}
+}
+
+// lockImpls are the implementations compared: prim as it runs (its release
+// is DELEX where the server has it), prim-scripts (prim forced onto its
+// scripts, as on a server without DELEX), redislock, and the baseline, last.
 func lockImpls(ctx context.Context) []lockImpl {
 	return []lockImpl{
 		{"prim", func(c redis.UniversalClient, key string) func() error {
-			co := prim.New(c)
-			lease, fence := "{"+key+"}:lease", "{"+key+"}:fence"
-			return func() error {
-				l, err := co.TryAcquireFencedLock(ctx, lease, fence, 10*time.Second)
-				if err != nil {
-					return err
-				}
-				_, err = l.Release(ctx)
-				return err
-			}
+			return primPair(ctx, prim.New(c), key)
+		}},
+		{"prim-scripts", func(c redis.UniversalClient, key string) func() error {
+			defer knobs.SetForceFallback(true)()
+			return primPair(ctx, prim.New(c), key)
 		}},
 		{"redislock", func(c redis.UniversalClient, key string) func() error {
 			lc := redislock.New(c)
@@ -141,7 +153,9 @@ func BenchmarkLockPair(b *testing.B) {
 // BenchmarkLockPairRatio runs every implementation in short alternating blocks
 // within one benchmark, so the machine's load drifts affect all of them alike,
 // and reports each one's throughput relative to the setnx+script baseline
-// (baseline time / its time; 1.0 = as fast). One iteration is one block of each:
+// (baseline time / its time; 1.0 = as fast), and prim's relative to
+// redislock's (prim/redislock, prim-scripts/redislock). One iteration is one
+// block of each:
 // 200 pairs serially, or 32 goroutines × 25 pairs. Use e.g. -benchtime=50x.
 func BenchmarkLockPairRatio(b *testing.B) {
 	topo, err := server(benchBuild())
@@ -194,10 +208,21 @@ func BenchmarkLockPairRatio(b *testing.B) {
 			}
 			n := float64(b.N * mode.procs * mode.pairs)
 			base := spent[len(impls)-1] // setnx+script
+			var redislock time.Duration
 			for i, impl := range impls {
 				b.ReportMetric(float64(spent[i].Nanoseconds())/n/1e3, impl.name+"-µs/pair")
 				if i != len(impls)-1 {
 					b.ReportMetric(base.Seconds()/spent[i].Seconds(), impl.name+"/baseline")
+				}
+				if impl.name == "redislock" {
+					redislock = spent[i]
+				}
+			}
+			// prim's throughput relative to redislock's (redislock time / its
+			// time; above 1.0 prim is faster).
+			for i, impl := range impls {
+				if strings.HasPrefix(impl.name, "prim") {
+					b.ReportMetric(redislock.Seconds()/spent[i].Seconds(), impl.name+"/redislock")
 				}
 			}
 		})

@@ -25,7 +25,7 @@ func TestUncertainOutcomes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// cut partitions the link just before the next renewal script is
+		// cut partitions the link just before the next renewal command is
 		// written (after its dedicated connection's CLIENT ID): a black hole that
 		// swallows exactly the renewal.
 		cut := &cutBefore{}
@@ -206,7 +206,9 @@ type tlog struct{ t *testing.T }
 
 func (w tlog) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
 
-// cutBefore applies a fault right before the next EVALSHA/EVAL once armed.
+// cutBefore applies a fault right before the next EVALSHA/EVAL, SET or DELEX
+// once armed: a script, or the command that replaces it where the server has
+// it (SET … IFEQ for a renewal, DELEX for a release).
 type cutBefore struct {
 	mu    sync.Mutex
 	fault func() error
@@ -217,7 +219,7 @@ func (c *cutBefore) arm(f func() error) { c.mu.Lock(); c.fault = f; c.mu.Unlock(
 func (c *cutBefore) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (c *cutBefore) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if n := cmd.Name(); n == "evalsha" || n == "eval" {
+		if n := cmd.Name(); n == "evalsha" || n == "eval" || n == "set" || n == "delex" {
 			c.mu.Lock()
 			f := c.fault
 			c.fault = nil
