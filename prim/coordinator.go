@@ -54,7 +54,8 @@ type Coordinator struct {
 	m       *metrics
 	fences  *fencePool
 	ws      *watchers
-	caps    *capRecord // what each node can do; shared by prefixed views
+	caps    *capRecord  // what each node can do; shared by prefixed views
+	retry   retryPolicy // the client's resend policy, for the resends prim makes itself
 }
 
 // Option configures a Coordinator.
@@ -90,6 +91,7 @@ func New(client redis.UniversalClient, opts ...Option) *Coordinator {
 	c.fences = newFencePool(client)
 	c.ws = newWatchers()
 	c.caps = newCapRecord()
+	c.retry = retryPolicyOf(client)
 	return c
 }
 

@@ -85,21 +85,30 @@ func (c *Coordinator) tryFenced(ctx context.Context, lk, ck string, ttl time.Dur
 	args := []any{owner, ttl.Milliseconds()}
 	sent := time.Now()
 	run := func(ctx context.Context) cmdResult {
-		// The first attempt goes with resends off: if it fails before anything
-		// was written (a failed dial, a pool timeout, a closed client), or the
-		// server refuses it for good (NOPERM, WRONGTYPE…), the failure is
-		// definite. go-redis's own resends would hide that, returning the last
-		// attempt's error even when an earlier attempt was written.
-		v, err := evalScript(ctx, c.client, scriptFencedAcquire, false, []string{lk, ck}, args...).Result()
-		if !worthResending(err) {
-			return cmdResult{v: v, err: err}
+		// prim resends the script itself, each attempt single (go-redis's own
+		// resends off), as often as the client's MaxRetries allows and with its
+		// back-off: go-redis would return only its last attempt's error, and an
+		// earlier attempt may have run. An attempt that failed before anything
+		// was written (a failed dial, a pool timeout, a closed client) or that
+		// the server refused for good (NOPERM, WRONGTYPE…) ends the loop; a
+		// lost reply, or a refusal that passes (READONLY or LOADING during a
+		// failover, TRYAGAIN, max clients), is sent again. The script
+		// recognises its own owner token, so a resend that finds the first
+		// run's lease answers its token.
+		var r cmdResult
+		for attempt := 0; ; attempt++ {
+			if attempt > 0 && !sleepCtx(ctx, c.retry.backoff(attempt)) {
+				return r // ctx ended: r is the last attempt's
+			}
+			v, err := evalScript(ctx, c.client, scriptFencedAcquire, false, []string{lk, ck}, args...).Result()
+			r.v, r.err = v, err
+			if uncertain(err) {
+				r.written = true // no reply: this attempt may have run
+			}
+			if !worthResending(err) || attempt >= c.retry.max {
+				return r
+			}
 		}
-		// A lost reply, or a refusal that passes (READONLY or LOADING during a
-		// failover, TRYAGAIN, max clients): sent again, as go-redis would have,
-		// with its resends on from here. The script recognises its own owner
-		// token, so a resend that finds the first run's lease answers it.
-		v, err = evalScript(ctx, c.client, scriptFencedAcquire, true, []string{lk, ck}, args...).Result()
-		return cmdResult{v: v, err: err, resent: true}
 	}
 	late := func(r cmdResult) {
 		if r.err != nil {
@@ -153,29 +162,30 @@ func (c *Coordinator) tryFenced(ctx context.Context, lk, ck string, ttl time.Dur
 }
 
 type cmdResult struct {
-	v      any
-	err    error
-	resent bool // sent through go-redis's resends: an attempt may have run
+	v       any
+	err     error
+	written bool // an attempt got no reply from the server: it may have run
 }
 
 // outcomeUnknown reports whether r's error leaves the acquisition's outcome
-// unknown. Sent once, that is uncertain's rule. Sent through go-redis's
-// resends, every error is: go-redis returns its last attempt's error, and an
-// earlier attempt (or the first, lost, one) may have run — a READONLY, a pool
-// timeout or a failed dial of the last attempt says nothing of those.
+// unknown: an attempt got no reply (it may have run, whatever the later
+// attempts were told: a READONLY, a pool timeout or a failed dial of the last
+// says nothing of it), or the last attempt's error is uncertain by itself.
+// Every attempt refused by the server, or failing before it was written, is a
+// definite failure.
 func (r cmdResult) outcomeUnknown() bool {
 	switch {
-	case r.err == nil:
+	case r.err == nil, errors.Is(r.err, redis.Nil):
 		return false
-	case r.resent:
-		return !errors.Is(r.err, redis.Nil)
+	case r.written:
+		return true
 	default:
 		return uncertain(r.err)
 	}
 }
 
-// worthResending reports whether the first, single, attempt's error is one
-// go-redis would have sent the command again for, and whose outcome a resend
+// worthResending reports whether a single attempt's error is one go-redis
+// would have sent the command again for, and whose outcome a resend
 // can settle: no reply (a lost or cut connection, a read timeout), or a
 // refusal that passes (READONLY, LOADING, MASTERDOWN, CLUSTERDOWN, TRYAGAIN,
 // NOREPLICAS, max clients). Nil, a failed dial, a pool timeout, a closed

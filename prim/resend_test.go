@@ -8,6 +8,7 @@ import (
 	"net"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -51,12 +52,13 @@ func TestAcquisitionOutcome(t *testing.T) {
 		if got := (cmdResult{err: c.err}).outcomeUnknown(); got != c.onceUncertain {
 			t.Errorf("sent once, outcomeUnknown(%v) = %v, want %v", c.err, got, c.onceUncertain)
 		}
-		// Through go-redis's resends, any error but redis.Nil is unknown: an
-		// earlier attempt may have run (a READONLY, a pool timeout or a failed
-		// dial of the last one says nothing of it).
+		// After an attempt that got no reply, any error of a later attempt
+		// but redis.Nil leaves it unknown: the lost one may have run (a
+		// READONLY, a pool timeout or a failed dial of the last one says
+		// nothing of it).
 		want := c.err != nil && !errors.Is(c.err, redis.Nil)
-		if got := (cmdResult{err: c.err, resent: true}).outcomeUnknown(); got != want {
-			t.Errorf("resent, outcomeUnknown(%v) = %v, want %v", c.err, got, want)
+		if got := (cmdResult{err: c.err, written: true}).outcomeUnknown(); got != want {
+			t.Errorf("after a lost reply, outcomeUnknown(%v) = %v, want %v", c.err, got, want)
 		}
 	}
 }
@@ -66,3 +68,34 @@ type errTimeout struct{}
 func (errTimeout) Error() string   { return "i/o timeout" }
 func (errTimeout) Timeout() bool   { return true }
 func (errTimeout) Temporary() bool { return true }
+
+// prim's own resends follow the client's options as go-redis reads them.
+func TestRetryPolicy(t *testing.T) {
+	def := retryPolicy{3, 10 * time.Millisecond, time.Second}
+	for _, c := range []struct {
+		c    redis.UniversalClient
+		want retryPolicy
+	}{
+		{redis.NewClient(&redis.Options{}), def},
+		{redis.NewClient(&redis.Options{MaxRetries: -1}), retryPolicy{0, def.min, def.cap}},
+		{redis.NewClient(&redis.Options{MaxRetries: 5, MinRetryBackoff: time.Millisecond, MaxRetryBackoff: 4 * time.Millisecond}), retryPolicy{5, time.Millisecond, 4 * time.Millisecond}},
+		{redis.NewClient(&redis.Options{MinRetryBackoff: -1}), retryPolicy{3, 0, def.cap}},
+		{redis.NewClusterClient(&redis.ClusterOptions{MaxRetries: 7}), retryPolicy{7, def.min, def.cap}},
+		{redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{"127.0.0.1:1"}, MaxRetries: -1}), retryPolicy{0, def.min, def.cap}},
+	} {
+		got := retryPolicyOf(c.c)
+		c.c.Close()
+		if got != c.want {
+			t.Errorf("%T: %+v, want %+v", c.c, got, c.want)
+		}
+	}
+	p := def
+	for attempt := 1; attempt <= 30; attempt++ {
+		if d := p.backoff(attempt); d < p.min || d > p.cap {
+			t.Errorf("backoff(%d) = %v, outside [%v, %v]", attempt, d, p.min, p.cap)
+		}
+	}
+	if d := (retryPolicy{3, 0, 0}).backoff(2); d != 0 {
+		t.Errorf("no back-off: %v", d)
+	}
+}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -232,4 +234,66 @@ func serverError(err error) error {
 		return &RefusedError{Code: code, Reply: msg, class: class, err: err}
 	}
 	return err
+}
+
+// retryPolicy is the client's resend policy (go-redis's MaxRetries and
+// retry back-off), which prim follows where it resends a script itself.
+type retryPolicy struct {
+	max      int           // resends after the first attempt; 0: none
+	min, cap time.Duration // back-off bounds; min 0: no back-off
+}
+
+// retryPolicyOf reads the policy from the client's options, which go-redis
+// has already normalised (-1 to 0, 0 to its defaults), with go-redis's
+// defaults (3 resends, 10ms to 1s) for a client whose options prim cannot
+// read.
+func retryPolicyOf(c redis.UniversalClient) retryPolicy {
+	var n int
+	var minB, maxB time.Duration
+	switch cl := c.(type) {
+	case *redis.Client:
+		o := cl.Options()
+		n, minB, maxB = o.MaxRetries, o.MinRetryBackoff, o.MaxRetryBackoff
+	case *redis.ClusterClient:
+		o := cl.Options()
+		n, minB, maxB = o.MaxRetries, o.MinRetryBackoff, o.MaxRetryBackoff
+	case *redis.Ring:
+		o := cl.Options()
+		n, minB, maxB = o.MaxRetries, o.MinRetryBackoff, o.MaxRetryBackoff
+	default:
+		return retryPolicy{max: 3, min: 10 * time.Millisecond, cap: time.Second}
+	}
+	return retryPolicy{max: max(n, 0), min: max(minB, 0), cap: max(maxB, 0)}
+}
+
+// backoff is the pause before resend number attempt (1, 2, …), as go-redis
+// computes it: min<<attempt with jitter from min, capped.
+func (p retryPolicy) backoff(attempt int) time.Duration {
+	if p.min <= 0 || attempt <= 0 {
+		return 0
+	}
+	d := p.min << min(attempt, 30)
+	if d < p.min {
+		return p.cap
+	}
+	d = p.min + rand.N(d)
+	if d > p.cap || d < p.min {
+		d = p.cap
+	}
+	return d
+}
+
+// sleepCtx waits d or until ctx ends; false when ctx ended.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }

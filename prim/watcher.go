@@ -258,15 +258,6 @@ func (w *watcher) keepAliveLoop(ctx context.Context) {
 	}
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}
-
 // register queues a waiter for key's group.
 func (w *watcher) register(key, group string) *waiter {
 	wt := &waiter{ch: make(chan struct{}, 1), key: key, group: group}
