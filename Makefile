@@ -69,8 +69,9 @@ torture: servers build ## the default suite: every scenario, prim and the peer l
 torture-long: servers build ## the suite on every fetched build, TORTURE_LONG_DURATION (1m) a scenario: about 5 hours (five builds)
 	@cmd='$(BIN)/coordtorture matrix --impl $(TORTURE_IMPL) --duration $(TORTURE_LONG_DURATION) --out runs/long $(TORTURE_FLAGS) $(SCENARIOS)'; echo "$$cmd"; set -f; $$cmd; $(coordtorture-status)
 
-bench: servers ## benchmarks (prim beside its peers on the default build)
-	@$(call in_modules,COORDTORTURE_SERVERS=redis-8.0 $(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./...)
+BENCH_BUILD ?= redis-8.6
+bench: servers ## benchmarks (prim beside its peers on one build: BENCH_BUILD, redis-8.6 by default, whose DELEX/SET IFEQ prim's fast paths use)
+	@$(call in_modules,COORDTORTURE_SERVERS=$(BENCH_BUILD) $(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./...)
 
 server-cost: servers ## instructions per call each lock command costs the server (callgrind: the system's valgrind, else Debian's fetched into .servers/valgrind; BUILD=valkey-9.1 for another build)
 	@scripts/server-cost.sh $(BUILD)

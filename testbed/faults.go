@@ -2,6 +2,7 @@ package testbed
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -331,13 +332,29 @@ func (t *Topology) FailoverSentinel(ctx context.Context) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	// NOGOODSLAVE (no replica the sentinels count as usable yet: a node just
+	// demoted by a previous failover is not, until they see it replicating)
+	// and INPROG (a failover still running) pass: asked again every 200ms,
+	// for the start timeout at most.
 	var lastErr error
-	for _, s := range t.sentinels {
-		if !s.Running() || s.isPaused() {
-			continue
+	deadline := time.Now().Add(t.cfg.startTimeout)
+	for {
+		lastErr = errors.New("no sentinel running")
+		for _, s := range t.sentinels {
+			if !s.Running() || s.isPaused() {
+				continue
+			}
+			if lastErr = s.admin.Do(ctx, "SENTINEL", "FAILOVER", MasterName).Err(); lastErr == nil {
+				break
+			}
 		}
-		if lastErr = s.admin.Do(ctx, "SENTINEL", "FAILOVER", MasterName).Err(); lastErr == nil {
+		passing := lastErr != nil && (strings.Contains(lastErr.Error(), "NOGOODSLAVE") || strings.Contains(lastErr.Error(), "INPROG"))
+		if !passing || time.Now().After(deadline) || ctx.Err() != nil {
 			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
 		}
 	}
 	if lastErr != nil {

@@ -356,6 +356,12 @@ const serverPort = 6379
 
 // waitFor polls cond every 20ms until it returns true, the context ends or the
 // deadline passes; the last error from cond is part of the timeout error.
+// finalError, returned by a waitFor condition, ends the wait at once with its
+// error: the condition can no longer become true.
+type finalError struct{ err error }
+
+func (e *finalError) Error() string { return e.err.Error() }
+
 func waitFor(ctx context.Context, timeout time.Duration, what string, cond func(context.Context) (bool, error)) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -366,8 +372,12 @@ func waitFor(ctx context.Context, timeout time.Duration, what string, cond func(
 			return nil
 		}
 		var stop *exitedError
+		var final *finalError
 		if errors.As(err, &stop) {
 			return err // the process is gone: waiting longer cannot help
+		}
+		if errors.As(err, &final) {
+			return final.err // the condition can no longer become true
 		}
 		if err != nil {
 			last = err

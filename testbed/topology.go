@@ -564,7 +564,14 @@ func (t *Topology) waitReplication(ctx context.Context) error {
 			if err != nil {
 				return false, err
 			}
-			return infoField(info, "master_link_status") == "up", fmt.Errorf("%s: master_link_status=%s", n.Name, infoField(info, "master_link_status"))
+			if infoField(info, "master_link_status") == "up" {
+				return true, nil
+			}
+			if n.proc.lastLogLine(rdbTooNew) != "" {
+				// It will never load it: no use waiting out the timeout.
+				return false, &finalError{fmt.Errorf("%s: master_link_status=%s", n.Name, infoField(info, "master_link_status"))}
+			}
+			return false, fmt.Errorf("%s: master_link_status=%s", n.Name, infoField(info, "master_link_status"))
 		}); err != nil {
 			if line := n.proc.lastLogLine(rdbTooNew); line != "" {
 				n.mu.Lock()
