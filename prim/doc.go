@@ -215,8 +215,9 @@
 //
 // Named leases keep their scripts on every server: no command (Redis 8.6
 // included) compares a hash field's value before deleting or re-expiring it.
-// A node that answered "unknown command" to hash-field expiry refuses named
-// leases (ErrFeatureUnsupported) without asking again for five minutes.
+// A node without hash-field expiry answers every named-lease acquisition with
+// ErrFeatureUnsupported; it is asked each time (there is no fallback to take
+// meanwhile, and a failover may land on a server that has it).
 //
 // # Cost
 //

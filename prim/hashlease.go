@@ -130,13 +130,12 @@ type leaseAttempt struct {
 // is fenced with CLIENT KILL and the field released owner-checked, and the
 // error matches ErrUncertain.
 func (c *Coordinator) tryLease(ctx context.Context, hk, field string, ttl time.Duration) (*Lease, time.Duration, error) {
-	// A node whose answer (HPTTL in the script: "unknown command") showed it
-	// lacks hash-field expiry is not asked again for five minutes.
+	// A node without hash-field expiry answers "no-hfe" (HPEXPIRE unknown in
+	// the script): recorded, but asked again at every acquisition. There is no
+	// fallback to take meanwhile, and a Sentinel client's record is the
+	// client's, not the node's: a failover to a server that has it must not be
+	// refused for five minutes.
 	node := c.nodeName(ctx, hk)
-	if !c.caps.use(node, capHashFieldExpiry) {
-		c.m.add(ctx, c.m.acquire, "hash-lease", "refused")
-		return nil, 0, errNoHFE
-	}
 	owner := any(newOwnerToken())
 	l := &Lease{field: field}
 	sent := time.Now()
