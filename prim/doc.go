@@ -209,9 +209,12 @@
 // same call runs the script at once, since nothing ran. The node then uses the
 // scripts for five minutes and tries the command again, so an upgraded server
 // regains the fast path. No other answer is evidence: a timeout or lost reply
-// is the operation's uncertain outcome, an ACL refusal (NOPERM) makes that call
-// run the script and the next one try the command again, LOADING, READONLY and
-// the like are the operation's error, as the script's would be.
+// is the operation's uncertain outcome; any other error reply (an ACL refusal,
+// NOPERM; a server out of memory, which refuses SET but not the renewal
+// script's PEXPIRE; LOADING, READONLY and the like) says the command did not
+// run, so that call runs the script, whose answer is the operation's, and the
+// next one tries the command again. The one exception is a key of another
+// type (WRONGTYPE), which is answered as the script answers it.
 //
 // Named leases keep their scripts on every server: no command (Redis 8.6
 // included) compares a hash field's value before deleting or re-expiring it.
@@ -236,8 +239,10 @@
 //   - On a node without a fast command, its first use (and one use every five
 //     minutes after) sends the command once more before the script: the
 //     server's "unknown command" (or "syntax error") is the answer that keeps
-//     the node on the scripts. A user the ACL denies DELEX sends DELEX and the
-//     script on every release.
+//     the node on the scripts. Any other error reply to the command (an ACL
+//     refusal, a server out of memory refusing SET) also adds the script to
+//     that call, without being recorded: a user the ACL denies DELEX sends
+//     DELEX and the script on every release.
 //
 // A waiting acquisition adds, after a contended attempt, one tracking read,
 // and each wake-up costs one attempt.

@@ -345,9 +345,13 @@ func (h *handle) Renew(ctx context.Context, ttl time.Duration) (bool, error) {
 // value, and so the fencing token, is written over itself; a missing key is
 // not created), else the renewal script. The answer is the script's: 1
 // renewed, 0 not this owner's (a key of another type included, as the
-// script's GET finds no string of ours). An "unknown" answer to SET IFEQ
-// (older servers: "ERR syntax error", recorded) or an ACL refusal (NOPERM, not
-// recorded) ran nothing: the script follows on the same connection.
+// script's GET finds no string of ours). Any other error reply to SET IFEQ
+// means SET did not run: the script follows on the same connection, in the
+// same call. That covers the node lacking it (older servers: "ERR syntax
+// error", the only answer recorded, with "unknown command"), an ACL refusal
+// (NOPERM) and a server out of memory, which refuses SET ("OOM command not
+// allowed", before SET's parsing on redis-7.0/8.0) but not the script's
+// PEXPIRE. A lost reply or a timeout is no answer: the call is uncertain.
 func (h *handle) renewOn(ctx context.Context, fc *fenceConn, ttl time.Duration) *redis.Cmd {
 	if h.script.plainKey {
 		node := nodeOf(fc.node)
@@ -360,8 +364,9 @@ func (h *handle) renewOn(ctx context.Context, fc *fenceConn, ttl time.Duration) 
 				return intCmd(ctx, 1)
 			case errors.Is(err, redis.Nil), notAString(err):
 				return intCmd(ctx, 0)
-			case h.c.caps.learn(node, capSetIfeq, err) || refusedByACL(err):
-				// Nothing ran: the script below, on the same connection.
+			case errorReply(err):
+				// SET did not run: the script below, on the same connection.
+				h.c.caps.learn(node, capSetIfeq, err)
 			default:
 				return cmd
 			}
@@ -527,9 +532,10 @@ func (h *handle) releaseOnce(ctx context.Context) (ReleaseResult, error) {
 
 // releaseFast releases a plain-key lease with DELEX key IFEQ owner where the
 // node has it, answering as the release script does: 1 removed, 0 no lease,
-// -1 another owner's (or a value of another type). done false: the node lacks
-// DELEX (its "unknown command", recorded) or the user may not run it (NOPERM,
-// not recorded); nothing ran and the caller runs the script.
+// -1 another owner's (or a value of another type). done false: DELEX answered
+// an error reply, so it did not run, and the caller runs the script: the node
+// lacks DELEX (its "unknown command", the only answer recorded), the user may
+// not run it (NOPERM) or the server refused it (OOM and the like).
 //
 // DELEX answers 0 both for a missing key and for another owner's: that rare
 // path reads the key once more (GET) and answers what the script would have
@@ -557,10 +563,13 @@ func (h *handle) releaseFast(ctx context.Context) (n int64, done bool, err error
 	case err == nil:
 		n, err = h.afterDelexMiss(ctx)
 		return n, true, err
-	case h.c.caps.learn(node, capDelex, err) || refusedByACL(err):
-		return 0, false, nil
 	case notAString(err):
 		return -1, true, nil // the script's answer: GET finds no string of ours
+	case errorReply(err):
+		// DELEX did not run (the node lacks it, recorded; an ACL or
+		// out-of-memory refusal, not recorded): the script.
+		h.c.caps.learn(node, capDelex, err)
+		return 0, false, nil
 	}
 	return 0, true, err
 }

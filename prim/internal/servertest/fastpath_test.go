@@ -596,3 +596,61 @@ func TestDelexMissRaces(t *testing.T) {
 		}
 	})
 }
+
+// A server out of memory (maxmemory reached, noeviction) refuses SET ("OOM
+// command not allowed…") but not the renewal script's PEXPIRE, nor DELEX or
+// the release script's DEL. Any error reply to SET IFEQ (WRONGTYPE aside)
+// means SET did not run: the script renews in the same call, on every build
+// (on redis-7.0/8.0 the OOM check precedes SET's parsing, so the probe never
+// gets its "syntax error"), with the fast paths and with the scripts forced.
+func TestOutOfMemoryRenewAndRelease(t *testing.T) {
+	forEachBuild(t, func(t *testing.T, e *env) {
+		for _, fallback := range []bool{false, true} {
+			t.Run(fmt.Sprintf("fallback=%v", fallback), func(t *testing.T) {
+				ctx := ctxT(t, time.Minute)
+				restore := knobs.SetForceFallback(fallback)
+				c, _ := e.client(t)
+				co := prim.New(c)
+				restore()
+				lease, fence := e.k(fmt.Sprintf("{oom%v}:lease", fallback)), e.k(fmt.Sprintf("{oom%v}:fence", fallback))
+				l, err := co.TryAcquireFencedLock(ctx, lease, fence, 10*time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				policy := e.admin.ConfigGet(ctx, "maxmemory-policy").Val()["maxmemory-policy"]
+				t.Cleanup(func() {
+					ctx := ctxT(t, 10*time.Second)
+					if err := e.admin.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+						t.Errorf("restoring maxmemory: %v", err)
+					}
+					if policy != "" {
+						e.admin.ConfigSet(ctx, "maxmemory-policy", policy)
+					}
+				})
+				if err := e.admin.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+					t.Fatal(err)
+				}
+				if err := e.admin.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+					t.Fatal(err)
+				}
+				if err := e.admin.Set(ctx, e.k("oom-probe"), "x", time.Second).Err(); err == nil || !strings.HasPrefix(err.Error(), "OOM") {
+					t.Fatalf("the server is not out of memory: SET answered %v", err)
+				}
+				for i := range 3 {
+					if ok, err := l.Renew(ctx, 10*time.Second); !ok || err != nil {
+						t.Fatalf("renewal %d out of memory: %v %v, want true (the script renews)", i, ok, err)
+					}
+				}
+				if ttl := e.admin.PTTL(ctx, lease).Val(); ttl < 9*time.Second {
+					t.Fatalf("the lease has %v left after the renewal", ttl)
+				}
+				if r, err := l.Release(ctx); r != prim.Released || err != nil {
+					t.Fatalf("release out of memory: %v %v, want Released", r, err)
+				}
+				if e.admin.Exists(ctx, lease).Val() != 0 {
+					t.Fatal("the lease is still there after Released")
+				}
+			})
+		}
+	})
+}
