@@ -156,12 +156,11 @@ func lacks(c capability, err error) bool {
 	return c == capSetIfeq && msg == "ERR syntax error"
 }
 
-// refusedByACL reports whether err is an ACL refusal of the command itself:
-// the user's permission, not the node's capability, so the same call runs the
-// fallback (which the user may be allowed) and the record is not touched.
-func refusedByACL(err error) bool {
+// errorReply reports whether err is the server's error reply (not a lost
+// reply, a timeout or redis.Nil): the command it answers did not run.
+func errorReply(err error) bool {
 	var re redis.Error
-	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "NOPERM")
+	return err != nil && !errors.Is(err, redis.Nil) && errors.As(err, &re)
 }
 
 // nodeName names the node a command on key goes to (see the comment at the

@@ -191,11 +191,12 @@
 // DELEX lease IFEQ value (Redis 8.4+), and renewed with SET lease value IFEQ
 // value PX ttl (Redis 8.4+, Valkey 8.1+), instead of a script; the answers are
 // exactly the scripts'. DELEX answers 0 both for a lease that is gone and for
-// another owner's: only then a GET follows, and the release answers what the
-// script would have answered at that moment (gone: AlreadyReleased; another
-// value or type: NotOwned; this owner's own value again, which only a failover
-// to a replica that still had it can bring back: the script decides). A
-// renewal's SET IFEQ never creates a missing lease. Both are sent at most once,
+// another owner's: only then the release script follows, in the same call, on
+// the primary (never a plain read, which a client reading from replicas could
+// send to a lagging one), and its answer is the release's (gone:
+// AlreadyReleased; another value or type: NotOwned; this owner's own value
+// again, which only a failover to a replica that still had it can bring back:
+// removed, Released). A renewal's SET IFEQ never creates a missing lease. Both are sent at most once,
 // as the scripts are, and their uncertain outcomes are the scripts' (a release
 // fails closed; a renewal fails closed and is fenced).
 //
@@ -209,9 +210,12 @@
 // same call runs the script at once, since nothing ran. The node then uses the
 // scripts for five minutes and tries the command again, so an upgraded server
 // regains the fast path. No other answer is evidence: a timeout or lost reply
-// is the operation's uncertain outcome, an ACL refusal (NOPERM) makes that call
-// run the script and the next one try the command again, LOADING, READONLY and
-// the like are the operation's error, as the script's would be.
+// is the operation's uncertain outcome; any other error reply (an ACL refusal,
+// NOPERM; a server out of memory, which refuses SET but not the renewal
+// script's PEXPIRE; LOADING, READONLY and the like) says the command did not
+// run, so that call runs the script, whose answer is the operation's, and the
+// next one tries the command again. The one exception is a key of another
+// type (WRONGTYPE), which is answered as the script answers it.
 //
 // Named leases keep their scripts on every server: no command (Redis 8.6
 // included) compares a hash field's value before deleting or re-expiring it.
@@ -225,8 +229,9 @@
 // script on a server adds EVALSHA's NOSCRIPT reply and EVAL):
 //
 //   - TryAcquireFencedLock: the acquisition script, on every server.
-//   - Release and Close of a fenced lock: DELEX on Redis 8.4+ (and a GET only
-//     when DELEX removed nothing); the release script elsewhere.
+//   - Release and Close of a fenced lock: DELEX on Redis 8.4+ (and the release
+//     script only when DELEX removed nothing: the lease gone or another
+//     owner's); the release script elsewhere.
 //   - Renew of a fenced lock: CLIENT INFO (the dedicated connection's identity,
 //     for fencing), then SET IFEQ PX on Redis 8.4+ and Valkey 8.1+, the renewal
 //     script elsewhere.
@@ -237,8 +242,10 @@
 //   - On a node without a fast command, its first use (and one use every five
 //     minutes after) sends the command once more before the script: the
 //     server's "unknown command" (or "syntax error") is the answer that keeps
-//     the node on the scripts. A user the ACL denies DELEX sends DELEX and the
-//     script on every release.
+//     the node on the scripts. Any other error reply to the command (an ACL
+//     refusal, a server out of memory refusing SET) also adds the script to
+//     that call, without being recorded: a user the ACL denies DELEX sends
+//     DELEX and the script on every release.
 //
 // A waiting acquisition adds, after a contended attempt, one tracking read,
 // and each wake-up costs one attempt.
@@ -259,8 +266,8 @@
 // redis-8.6): releasing a held lease costs about 7.3k instructions with DELEX
 // against 26k with the release script (3.6 times less), renewing it about 12.8k
 // with SET IFEQ PX against 27.8k with the renewal script (2.2 times less); a
-// DELEX that finds no lease costs about 4.7k (and its GET follows), the
-// script about 21k.
+// DELEX that finds no lease costs about 4.7k and the release script follows
+// it (about 21k, what the script alone costs).
 //
 // A waiter sends nothing while it waits. Its watcher sends one PING a second
 // per node on the tracking connection while anyone waits, and pings the
@@ -274,9 +281,9 @@
 //   - Renew: CLIENT INFO on a dedicated connection, SET where the server has
 //     SET IFEQ and EVALSHA/EVAL (GET, PEXPIRE), the fallback, and CLIENT INFO
 //     and CLIENT KILL to fence an uncertain renewal.
-//   - VerifyStillHeld: EVALSHA/EVAL (GET, PTTL). Release and Close: DELEX and
-//     GET where the server has DELEX, and EVALSHA/EVAL (GET, DEL), the
-//     fallback. A user without DELEX still releases, at the cost of a refused
+//   - VerifyStillHeld: EVALSHA/EVAL (GET, PTTL). Release and Close: DELEX
+//     where the server has it, and EVALSHA/EVAL (GET, DEL), the fallback and
+//     the answer after a DELEX that removed nothing. A user without DELEX still releases, at the cost of a refused
 //     DELEX on every release.
 //   - AcquireFencedLock, AcquireLease (waiting): in addition CLIENT ID, CLIENT
 //     TRACKING, SUBSCRIBE to __redis__:invalidate, PING, and the read commands

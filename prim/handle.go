@@ -345,9 +345,13 @@ func (h *handle) Renew(ctx context.Context, ttl time.Duration) (bool, error) {
 // value, and so the fencing token, is written over itself; a missing key is
 // not created), else the renewal script. The answer is the script's: 1
 // renewed, 0 not this owner's (a key of another type included, as the
-// script's GET finds no string of ours). An "unknown" answer to SET IFEQ
-// (older servers: "ERR syntax error", recorded) or an ACL refusal (NOPERM, not
-// recorded) ran nothing: the script follows on the same connection.
+// script's GET finds no string of ours). Any other error reply to SET IFEQ
+// means SET did not run: the script follows on the same connection, in the
+// same call. That covers the node lacking it (older servers: "ERR syntax
+// error", the only answer recorded, with "unknown command"), an ACL refusal
+// (NOPERM) and a server out of memory, which refuses SET ("OOM command not
+// allowed", before SET's parsing on redis-7.0/8.0) but not the script's
+// PEXPIRE. A lost reply or a timeout is no answer: the call is uncertain.
 func (h *handle) renewOn(ctx context.Context, fc *fenceConn, ttl time.Duration) *redis.Cmd {
 	if h.script.plainKey {
 		node := nodeOf(fc.node)
@@ -360,8 +364,9 @@ func (h *handle) renewOn(ctx context.Context, fc *fenceConn, ttl time.Duration) 
 				return intCmd(ctx, 1)
 			case errors.Is(err, redis.Nil), notAString(err):
 				return intCmd(ctx, 0)
-			case h.c.caps.learn(node, capSetIfeq, err) || refusedByACL(err):
-				// Nothing ran: the script below, on the same connection.
+			case errorReply(err):
+				// SET did not run: the script below, on the same connection.
+				h.c.caps.learn(node, capSetIfeq, err)
 			default:
 				return cmd
 			}
@@ -498,12 +503,6 @@ func (h *handle) releaseOnce(ctx context.Context) (ReleaseResult, error) {
 		n, err = evalScript(ctx, h.c.client, h.script.release, false, []string{h.key}, h.args(0)...).Int64()
 	}
 	if err != nil {
-		var settled *unsettledRelease
-		if errors.As(err, &settled) {
-			h.failClosed()
-			h.c.m.add(ctx, h.c.m.uncertain, h.kind, "release")
-			return 0, err
-		}
 		if uncertain(err) {
 			h.failClosed()
 			h.c.m.add(ctx, h.c.m.uncertain, h.kind, "release")
@@ -526,20 +525,23 @@ func (h *handle) releaseOnce(ctx context.Context) (ReleaseResult, error) {
 }
 
 // releaseFast releases a plain-key lease with DELEX key IFEQ owner where the
-// node has it, answering as the release script does: 1 removed, 0 no lease,
-// -1 another owner's (or a value of another type). done false: the node lacks
-// DELEX (its "unknown command", recorded) or the user may not run it (NOPERM,
-// not recorded); nothing ran and the caller runs the script.
+// node has it: 1 removed, -1 a value of another type (the release script's
+// answer: its GET finds no string of ours). done false: the caller runs the
+// release script, in the same call, always on the primary, atomically:
 //
-// DELEX answers 0 both for a missing key and for another owner's: that rare
-// path reads the key once more (GET) and answers what the script would have
-// answered at the moment of that read: missing → 0, another value → -1. Our
-// own value can be there again only if a failover put back a replica that
-// still had it (nobody else ever writes it, and renewal writes it only over
-// itself); then the script decides, atomically.
+//   - DELEX answered 0 (removed nothing): the key is missing or another
+//     owner's, which DELEX does not tell apart; the script does (0 gone, -1
+//     another owner's, and removes our own value should a failover have put
+//     back a replica that still had it). A plain read could go to a lagging
+//     replica (a Cluster client's ReadOnly, RouteByLatency, RouteRandomly) and
+//     answer what the script never could;
+//   - any other error reply: DELEX did not run. Only the node's "unknown
+//     command" is recorded (it lacks DELEX); an ACL refusal (NOPERM), an
+//     out-of-memory refusal and the like change nothing but this call.
 //
 // DELEX goes with resends off, as the script does: a resend after a lost reply
-// could not tell "I removed it" from "it was gone".
+// could not tell "I removed it" from "it was gone". A lost reply or a timeout
+// is returned (done true): the release is uncertain.
 func (h *handle) releaseFast(ctx context.Context) (n int64, done bool, err error) {
 	if !h.script.plainKey {
 		return 0, false, nil
@@ -555,50 +557,17 @@ func (h *handle) releaseFast(ctx context.Context) (n int64, done bool, err error
 	case err == nil && n == 1:
 		return 1, true, nil
 	case err == nil:
-		n, err = h.afterDelexMiss(ctx)
-		return n, true, err
-	case h.c.caps.learn(node, capDelex, err) || refusedByACL(err):
-		return 0, false, nil
+		return 0, false, nil // removed nothing: the script tells gone from another owner's
 	case notAString(err):
-		return -1, true, nil // the script's answer: GET finds no string of ours
+		return -1, true, nil
+	case errorReply(err):
+		h.c.caps.learn(node, capDelex, err) // DELEX did not run
+		return 0, false, nil
 	}
 	return 0, true, err
 }
 
-// afterDelexMiss tells, after DELEX removed nothing, a lease that is gone (0)
-// from another owner's (-1).
-func (h *handle) afterDelexMiss(ctx context.Context) (int64, error) {
-	v, err := h.c.client.Get(ctx, h.key).Result()
-	switch {
-	case errors.Is(err, redis.Nil):
-		return 0, nil
-	case err == nil && v == h.owner.(string):
-		return evalScript(ctx, h.c.client, h.script.release, false, []string{h.key}, h.args(0)...).Int64()
-	case err == nil, notAString(err):
-		return -1, nil
-	}
-	return 0, &unsettledRelease{key: h.key, err: serverError(err)}
-}
-
-// unsettledRelease: DELEX removed nothing, so the lease is not this owner's,
-// but the read that tells "gone" from "another owner's" failed. The handle
-// fails closed; Release again settles it.
-type unsettledRelease struct {
-	key string
-	err error
-}
-
-func (e *unsettledRelease) Error() string {
-	return fmt.Sprintf("%v: releasing %q: DELEX removed nothing (the lease is not this owner's), "+
-		"but reading it to tell gone from another owner's failed: %v", ErrUncertain, e.key, e.err)
-}
-
-// Is matches ErrUncertain: which answer is true is unknown; Release again.
-func (e *unsettledRelease) Is(target error) bool { return target == ErrUncertain }
-
-func (e *unsettledRelease) Unwrap() error { return e.err }
-
-// notAString reports the answer of DELEX, SET IFEQ or GET on a key that holds
+// notAString reports the answer of DELEX or SET IFEQ on a key that holds
 // another type than a string.
 func notAString(err error) bool {
 	var re redis.Error

@@ -510,18 +510,20 @@ func TestHashFieldExpiryRecorded(t *testing.T) {
 	})
 }
 
-// beforeGet runs a function once, right before the client's next GET.
-type beforeGet struct {
-	mu sync.Mutex
-	f  func()
+// beforeCmd runs a function once, right before the client's next command
+// of that name.
+type beforeCmd struct {
+	name string
+	mu   sync.Mutex
+	f    func()
 }
 
-func (h *beforeGet) arm(f func()) { h.mu.Lock(); h.f = f; h.mu.Unlock() }
+func (h *beforeCmd) arm(f func()) { h.mu.Lock(); h.f = f; h.mu.Unlock() }
 
-func (h *beforeGet) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *beforeGet) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (h *beforeCmd) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *beforeCmd) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if cmd.Name() == "get" {
+		if cmd.Name() == h.name {
 			h.mu.Lock()
 			f := h.f
 			h.f = nil
@@ -533,41 +535,44 @@ func (h *beforeGet) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		return next(ctx, cmd)
 	}
 }
-func (h *beforeGet) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (h *beforeCmd) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
 
-// When DELEX removes nothing, the GET that tells "gone" from "another
-// owner's" may see a later state than DELEX did; the answer is the one the
-// release script would have given at the GET: the lease gone meanwhile is
-// AlreadyReleased, taken meanwhile NotOwned (untouched), and this owner's own
-// value back (as a failover to a replica that still had it would bring) is
-// left to the script, which removes it: Released.
-func TestDelexMissRaces(t *testing.T) {
+// When DELEX removes nothing (a lease gone and another owner's both answer
+// 0) the release script follows, on the primary, and answers: gone is
+// AlreadyReleased, another owner's NotOwned (untouched); no plain read is
+// sent, which a client reading from replicas could send to a lagging one.
+// The state may change between DELEX and the script; the script's answer is
+// the one at its run: the lease gone meanwhile is AlreadyReleased, taken
+// meanwhile NotOwned (untouched), and this owner's own value back (as a
+// failover to a replica that still had it would bring) is removed: Released.
+func TestDelexMiss(t *testing.T) {
 	forEachBuild(t, func(t *testing.T, e *env) {
 		if delex, _ := hasFast(t, e, e.topo.Build.Name); !delex {
 			t.Skip("the build has no DELEX")
 		}
 		ctx := ctxT(t, time.Minute)
 		c, log := loggedClient(t, e)
-		hook := &beforeGet{}
+		hook := &beforeCmd{name: "evalsha"}
 		c.AddHook(hook)
 		co := prim.New(c)
 		lease, fence := e.k("{race}:lease"), e.k("{race}:fence")
+		other := func(string) { e.admin.Set(ctx, lease, "other", time.Minute) }
+		gone := func(string) { e.admin.Del(ctx, lease) }
 		cases := []struct {
-			name        string
-			atDelex     func(own string) // the state DELEX finds
-			beforeGet   func(own string) // changed before the GET
-			want        prim.ReleaseResult
-			wantCmds    string
-			wantLeftVal string // "" : no key left
+			name         string
+			atDelex      func(own string) // the state DELEX finds
+			beforeScript func(own string) // changed before the script, or nil
+			want         prim.ReleaseResult
+			wantLeftVal  string // "" : no key left
 		}{
-			{"gone before the GET", func(string) { e.admin.Set(ctx, lease, "other", time.Minute) },
-				func(string) { e.admin.Del(ctx, lease) }, prim.AlreadyReleased, "delex get", ""},
-			{"taken before the GET", func(string) { e.admin.Del(ctx, lease) },
-				func(string) { e.admin.Set(ctx, lease, "other", time.Minute) }, prim.NotOwned, "delex get", "other"},
-			{"own value back before the GET", func(string) { e.admin.Set(ctx, lease, "other", time.Minute) },
-				func(own string) { e.admin.Set(ctx, lease, own, time.Minute) }, prim.Released, "delex get evalsha", ""},
+			{"gone", gone, nil, prim.AlreadyReleased, ""},
+			{"another owner's", other, nil, prim.NotOwned, "other"},
+			{"gone before the script", other, gone, prim.AlreadyReleased, ""},
+			{"taken before the script", gone, other, prim.NotOwned, "other"},
+			{"own value back before the script", other,
+				func(own string) { e.admin.Set(ctx, lease, own, time.Minute) }, prim.Released, ""},
 		}
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
@@ -578,17 +583,78 @@ func TestDelexMissRaces(t *testing.T) {
 				}
 				own := l.OwnerToken()
 				tc.atDelex(own)
-				hook.arm(func() { tc.beforeGet(own) })
+				if tc.beforeScript != nil {
+					hook.arm(func() { tc.beforeScript(own) })
+				}
 				log.take()
 				r, err := l.Release(ctx)
+				hook.arm(nil)
 				if r != tc.want || err != nil {
 					t.Fatalf("release: %v %v, want %v", r, err, tc.want)
 				}
-				if got := log.take(); got != tc.wantCmds {
-					t.Fatalf("release sent %q, want %q", got, tc.wantCmds)
+				if got, want := log.take(), "delex evalsha"; got != want {
+					t.Fatalf("release sent %q, want %q", got, want)
 				}
 				if got := e.admin.Get(ctx, lease).Val(); got != tc.wantLeftVal {
 					t.Fatalf("the key holds %q after the release, want %q", got, tc.wantLeftVal)
+				}
+			})
+		}
+	})
+}
+
+// A server out of memory (maxmemory reached, noeviction) refuses SET ("OOM
+// command not allowed…") but not the renewal script's PEXPIRE, nor DELEX or
+// the release script's DEL. Any error reply to SET IFEQ (WRONGTYPE aside)
+// means SET did not run: the script renews in the same call, on every build
+// (on redis-7.0/8.0 the OOM check precedes SET's parsing, so the probe never
+// gets its "syntax error"), with the fast paths and with the scripts forced.
+func TestOutOfMemoryRenewAndRelease(t *testing.T) {
+	forEachBuild(t, func(t *testing.T, e *env) {
+		for _, fallback := range []bool{false, true} {
+			t.Run(fmt.Sprintf("fallback=%v", fallback), func(t *testing.T) {
+				ctx := ctxT(t, time.Minute)
+				restore := knobs.SetForceFallback(fallback)
+				c, _ := e.client(t)
+				co := prim.New(c)
+				restore()
+				lease, fence := e.k(fmt.Sprintf("{oom%v}:lease", fallback)), e.k(fmt.Sprintf("{oom%v}:fence", fallback))
+				l, err := co.TryAcquireFencedLock(ctx, lease, fence, 10*time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				policy := e.admin.ConfigGet(ctx, "maxmemory-policy").Val()["maxmemory-policy"]
+				t.Cleanup(func() {
+					ctx := ctxT(t, 10*time.Second)
+					if err := e.admin.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+						t.Errorf("restoring maxmemory: %v", err)
+					}
+					if policy != "" {
+						e.admin.ConfigSet(ctx, "maxmemory-policy", policy)
+					}
+				})
+				if err := e.admin.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+					t.Fatal(err)
+				}
+				if err := e.admin.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+					t.Fatal(err)
+				}
+				if err := e.admin.Set(ctx, e.k("oom-probe"), "x", time.Second).Err(); err == nil || !strings.HasPrefix(err.Error(), "OOM") {
+					t.Fatalf("the server is not out of memory: SET answered %v", err)
+				}
+				for i := range 3 {
+					if ok, err := l.Renew(ctx, 10*time.Second); !ok || err != nil {
+						t.Fatalf("renewal %d out of memory: %v %v, want true (the script renews)", i, ok, err)
+					}
+				}
+				if ttl := e.admin.PTTL(ctx, lease).Val(); ttl < 9*time.Second {
+					t.Fatalf("the lease has %v left after the renewal", ttl)
+				}
+				if r, err := l.Release(ctx); r != prim.Released || err != nil {
+					t.Fatalf("release out of memory: %v %v, want Released", r, err)
+				}
+				if e.admin.Exists(ctx, lease).Val() != 0 {
+					t.Fatal("the lease is still there after Released")
 				}
 			})
 		}
