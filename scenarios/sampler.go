@@ -2,7 +2,6 @@ package scenarios
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -143,31 +142,24 @@ func (e *Env) sampleLease(ctx context.Context, lock, lease string) {
 		e.sampleWith(ctx, lock, func(ctx context.Context) (string, error) { return e.Clients[0].Get(ctx, lease).Result() })
 		return
 	}
-	var node *testbed.Node
-	var found time.Time
 	e.sampleWith(ctx, lock, func(ctx context.Context) (string, error) {
-		if node == nil || time.Since(found) > 200*time.Millisecond {
-			lctx, cancel := context.WithTimeout(ctx, time.Second)
-			var n *testbed.Node
-			var err error
-			if e.Topo.Kind == testbed.KindCluster {
-				n, err = e.Topo.ClusterNodeFor(lctx, prim.Slot(lease))
-			} else {
-				n, err = e.Topo.Primary(lctx)
-			}
-			cancel()
-			if err == nil {
-				node, found = n, time.Now()
-			}
+		// The node is looked up at every read: during a failover two nodes
+		// may act as primary, and a node remembered from before it (an old
+		// primary the sentinels have deposed but not yet told) shows a state
+		// the clients, already on the new one, no longer see.
+		lctx, cancel := context.WithTimeout(ctx, time.Second)
+		var node *testbed.Node
+		var err error
+		if e.Topo.Kind == testbed.KindCluster {
+			node, err = e.Topo.ClusterNodeFor(lctx, prim.Slot(lease))
+		} else {
+			node, err = e.Topo.Primary(lctx)
 		}
-		if node == nil {
-			return "", errors.New("no node serves the lease key")
+		cancel()
+		if err != nil {
+			return "", fmt.Errorf("no node serves the lease key: %w", err)
 		}
-		v, err := node.Admin().Get(ctx, lease).Result()
-		if err != nil && err != redis.Nil {
-			node = nil // look again
-		}
-		return v, err
+		return node.Admin().Get(ctx, lease).Result()
 	})
 }
 
