@@ -176,75 +176,67 @@ func cmdstatCalls(t *testing.T, e *env, name string) int64 {
 // (false, untouched), and a missing key is never created by a renewal.
 func TestFastPathAnswers(t *testing.T) {
 	forEachBuild(t, func(t *testing.T, e *env) {
-		for _, fallback := range []bool{false, true} {
-			t.Run(fmt.Sprintf("fallback=%v", fallback), func(t *testing.T) {
-				ctx := ctxT(t, time.Minute)
-				restore := knobs.SetForceFallback(fallback)
-				c, _ := e.client(t)
-				co := prim.New(c)
-				restore()
-				lease, fence := e.k(fmt.Sprintf("{a%v}:lease", fallback)), e.k(fmt.Sprintf("{a%v}:fence", fallback))
-				acquire := func() *prim.FencedLock {
-					l, err := co.TryAcquireFencedLock(ctx, lease, fence, 10*time.Second)
-					if err != nil {
-						t.Fatal(err)
+		onBothPaths(t, e, "a", func(t *testing.T, ctx context.Context, co *prim.Coordinator, lease, fence string) {
+			acquire := func() *prim.FencedLock {
+				l, err := co.TryAcquireFencedLock(ctx, lease, fence, 10*time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return l
+			}
+			// Gone.
+			l := acquire()
+			e.admin.Del(ctx, lease)
+			if ok, err := l.Renew(ctx, time.Second); ok || err != nil {
+				t.Fatalf("renew of a gone lease: %v %v", ok, err)
+			}
+			if e.admin.Exists(ctx, lease).Val() != 0 {
+				t.Fatal("a renewal created the missing lease")
+			}
+			l = acquire()
+			e.admin.Del(ctx, lease)
+			if r, err := l.Release(ctx); r != prim.AlreadyReleased || err != nil {
+				t.Fatalf("release of a gone lease: %v %v", r, err)
+			}
+			// Another owner's, or a key of another type.
+			for _, typ := range []string{"string", "list"} {
+				replace := func() {
+					e.admin.Del(ctx, lease)
+					if typ == "list" {
+						e.admin.RPush(ctx, lease, "x")
+					} else {
+						e.admin.Set(ctx, lease, "someone:else", time.Minute)
 					}
-					return l
 				}
-				// Gone.
-				l := acquire()
+				unchanged := func(what string) {
+					t.Helper()
+					if got := e.admin.Type(ctx, lease).Val(); got != typ {
+						t.Fatalf("%s: another owner's %s became a %s", what, typ, got)
+					}
+					if typ == "string" && e.admin.Get(ctx, lease).Val() != "someone:else" {
+						t.Fatalf("%s: another owner's value was changed", what)
+					}
+					if ttl := e.admin.PTTL(ctx, lease).Val(); typ == "string" && ttl < 50*time.Second {
+						t.Fatalf("%s: another owner's expiry was changed (%v left)", what, ttl)
+					}
+				}
 				e.admin.Del(ctx, lease)
-				if ok, err := l.Renew(ctx, time.Second); ok || err != nil {
-					t.Fatalf("renew of a gone lease: %v %v", ok, err)
-				}
-				if e.admin.Exists(ctx, lease).Val() != 0 {
-					t.Fatal("a renewal created the missing lease")
-				}
 				l = acquire()
+				replace()
+				if ok, err := l.Renew(ctx, time.Second); ok || err != nil {
+					t.Fatalf("renew of another owner's %s: %v %v", typ, ok, err)
+				}
+				unchanged("renew")
 				e.admin.Del(ctx, lease)
-				if r, err := l.Release(ctx); r != prim.AlreadyReleased || err != nil {
-					t.Fatalf("release of a gone lease: %v %v", r, err)
+				l = acquire()
+				replace()
+				if r, err := l.Release(ctx); r != prim.NotOwned || err != nil {
+					t.Fatalf("release of another owner's %s: %v %v, want NotOwned", typ, r, err)
 				}
-				// Another owner's, or a key of another type.
-				for _, typ := range []string{"string", "list"} {
-					replace := func() {
-						e.admin.Del(ctx, lease)
-						if typ == "list" {
-							e.admin.RPush(ctx, lease, "x")
-						} else {
-							e.admin.Set(ctx, lease, "someone:else", time.Minute)
-						}
-					}
-					unchanged := func(what string) {
-						t.Helper()
-						if got := e.admin.Type(ctx, lease).Val(); got != typ {
-							t.Fatalf("%s: another owner's %s became a %s", what, typ, got)
-						}
-						if typ == "string" && e.admin.Get(ctx, lease).Val() != "someone:else" {
-							t.Fatalf("%s: another owner's value was changed", what)
-						}
-						if ttl := e.admin.PTTL(ctx, lease).Val(); typ == "string" && ttl < 50*time.Second {
-							t.Fatalf("%s: another owner's expiry was changed (%v left)", what, ttl)
-						}
-					}
-					e.admin.Del(ctx, lease)
-					l = acquire()
-					replace()
-					if ok, err := l.Renew(ctx, time.Second); ok || err != nil {
-						t.Fatalf("renew of another owner's %s: %v %v", typ, ok, err)
-					}
-					unchanged("renew")
-					e.admin.Del(ctx, lease)
-					l = acquire()
-					replace()
-					if r, err := l.Release(ctx); r != prim.NotOwned || err != nil {
-						t.Fatalf("release of another owner's %s: %v %v, want NotOwned", typ, r, err)
-					}
-					unchanged("release")
-					e.admin.Del(ctx, lease)
-				}
-			})
-		}
+				unchanged("release")
+				e.admin.Del(ctx, lease)
+			}
+		})
 	})
 }
 
@@ -611,52 +603,60 @@ func TestDelexMiss(t *testing.T) {
 // gets its "syntax error"), with the fast paths and with the scripts forced.
 func TestOutOfMemoryRenewAndRelease(t *testing.T) {
 	forEachBuild(t, func(t *testing.T, e *env) {
-		for _, fallback := range []bool{false, true} {
-			t.Run(fmt.Sprintf("fallback=%v", fallback), func(t *testing.T) {
-				ctx := ctxT(t, time.Minute)
-				restore := knobs.SetForceFallback(fallback)
-				c, _ := e.client(t)
-				co := prim.New(c)
-				restore()
-				lease, fence := e.k(fmt.Sprintf("{oom%v}:lease", fallback)), e.k(fmt.Sprintf("{oom%v}:fence", fallback))
-				l, err := co.TryAcquireFencedLock(ctx, lease, fence, 10*time.Second)
-				if err != nil {
-					t.Fatal(err)
+		onBothPaths(t, e, "oom", func(t *testing.T, ctx context.Context, co *prim.Coordinator, lease, fence string) {
+			l, err := co.TryAcquireFencedLock(ctx, lease, fence, 10*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			policy := e.admin.ConfigGet(ctx, "maxmemory-policy").Val()["maxmemory-policy"]
+			t.Cleanup(func() {
+				ctx := ctxT(t, 10*time.Second)
+				if err := e.admin.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+					t.Errorf("restoring maxmemory: %v", err)
 				}
-				policy := e.admin.ConfigGet(ctx, "maxmemory-policy").Val()["maxmemory-policy"]
-				t.Cleanup(func() {
-					ctx := ctxT(t, 10*time.Second)
-					if err := e.admin.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
-						t.Errorf("restoring maxmemory: %v", err)
-					}
-					if policy != "" {
-						e.admin.ConfigSet(ctx, "maxmemory-policy", policy)
-					}
-				})
-				if err := e.admin.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
-					t.Fatal(err)
-				}
-				if err := e.admin.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
-					t.Fatal(err)
-				}
-				if err := e.admin.Set(ctx, e.k("oom-probe"), "x", time.Second).Err(); err == nil || !strings.HasPrefix(err.Error(), "OOM") {
-					t.Fatalf("the server is not out of memory: SET answered %v", err)
-				}
-				for i := range 3 {
-					if ok, err := l.Renew(ctx, 10*time.Second); !ok || err != nil {
-						t.Fatalf("renewal %d out of memory: %v %v, want true (the script renews)", i, ok, err)
-					}
-				}
-				if ttl := e.admin.PTTL(ctx, lease).Val(); ttl < 9*time.Second {
-					t.Fatalf("the lease has %v left after the renewal", ttl)
-				}
-				if r, err := l.Release(ctx); r != prim.Released || err != nil {
-					t.Fatalf("release out of memory: %v %v, want Released", r, err)
-				}
-				if e.admin.Exists(ctx, lease).Val() != 0 {
-					t.Fatal("the lease is still there after Released")
+				if policy != "" {
+					e.admin.ConfigSet(ctx, "maxmemory-policy", policy)
 				}
 			})
-		}
+			if err := e.admin.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.admin.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.admin.Set(ctx, e.k("oom-probe"), "x", time.Second).Err(); err == nil || !strings.HasPrefix(err.Error(), "OOM") {
+				t.Fatalf("the server is not out of memory: SET answered %v", err)
+			}
+			for i := range 3 {
+				if ok, err := l.Renew(ctx, 10*time.Second); !ok || err != nil {
+					t.Fatalf("renewal %d out of memory: %v %v, want true (the script renews)", i, ok, err)
+				}
+			}
+			if ttl := e.admin.PTTL(ctx, lease).Val(); ttl < 9*time.Second {
+				t.Fatalf("the lease has %v left after the renewal", ttl)
+			}
+			if r, err := l.Release(ctx); r != prim.Released || err != nil {
+				t.Fatalf("release out of memory: %v %v, want Released", r, err)
+			}
+			if e.admin.Exists(ctx, lease).Val() != 0 {
+				t.Fatal("the lease is still there after Released")
+			}
+		})
 	})
+}
+
+// onBothPaths runs f twice, as subtests: with the fast paths, and with the
+// scripts forced (knobs.SetForceFallback while the Coordinator is made), each
+// on keys of its own under tag.
+func onBothPaths(t *testing.T, e *env, tag string, f func(t *testing.T, ctx context.Context, co *prim.Coordinator, lease, fence string)) {
+	for _, fallback := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fallback=%v", fallback), func(t *testing.T) {
+			ctx := ctxT(t, time.Minute)
+			restore := knobs.SetForceFallback(fallback)
+			c, _ := e.client(t)
+			co := prim.New(c)
+			restore()
+			f(t, ctx, co, e.k(fmt.Sprintf("{%s%v}:lease", tag, fallback)), e.k(fmt.Sprintf("{%s%v}:fence", tag, fallback)))
+		})
+	}
 }
