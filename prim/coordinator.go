@@ -56,6 +56,9 @@ type Coordinator struct {
 	ws      *watchers
 	caps    *capRecord  // what each node can do; shared by prefixed views
 	retry   retryPolicy // the client's resend policy, for the resends prim makes itself
+	// limiters is the rate-limiter factory, made at the first RateLimiters
+	// call (rateLimitersMu); each view has its own.
+	limiters *RateLimiters
 }
 
 // Option configures a Coordinator.
@@ -102,6 +105,7 @@ func (c *Coordinator) WithPrefix(prefix string) *Coordinator {
 	v := *c
 	v.prefix = c.prefix + prefix
 	v.fences = newFencePool(c.client)
+	v.limiters = nil
 	return &v
 }
 
