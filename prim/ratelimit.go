@@ -269,9 +269,10 @@ type limiterState struct {
 	available int64
 	lastUsed  time.Time
 	closed    bool
+	q         limiterQueue // Wait's queue (ratelimit_queue.go)
 }
 
-func (s *limiterState) init() { s.available = -1; s.lastUsed = time.Now() }
+func (s *limiterState) init() { s.available = -1; s.lastUsed = time.Now(); s.q.init() }
 
 // Allow makes one atomic decision for n permits: granted permits are consumed
 // (there is no returning them). n == 0 reports availability and consumes
@@ -281,43 +282,4 @@ func (s *limiterState) init() { s.available = -1; s.lastUsed = time.Now() }
 // though the error says nothing was granted.
 func (l *Limiter) Allow(ctx context.Context, n int64) (Decision, error) {
 	return Decision{}, errors.New("prim: rate limiter not implemented yet")
-}
-
-// Wait is Allow that queues: when the request is refused it waits in the
-// limiter's local queue (bounded by WithQueue) until the server-computed time
-// at which it can succeed, then tries again, without polling in between. It
-// ends with ctx's error when ctx ends, ErrLimiterClosed when the limiter is
-// closed, and ErrQueueFull when the queue has no room. The order is local to
-// this limiter: other processes, and local Allow calls, can take permits
-// first.
-func (l *Limiter) Wait(ctx context.Context, n int64) (Decision, error) {
-	return Decision{}, errors.New("prim: rate limiter not implemented yet")
-}
-
-// Stats reports this limiter's local statistics.
-func (l *Limiter) Stats() LimiterStats {
-	l.st.mu.Lock()
-	defer l.st.mu.Unlock()
-	return LimiterStats{Granted: l.st.granted, Rejected: l.st.rejected, QueuedPermits: l.st.queued, Available: l.st.available}
-}
-
-// IdleDuration is the time since the last local acquisition attempt, zero
-// while requests are queued. The state on the server is shared and stays;
-// only this local limiter is idle.
-func (l *Limiter) IdleDuration() time.Duration {
-	l.st.mu.Lock()
-	defer l.st.mu.Unlock()
-	if l.st.queued > 0 {
-		return 0
-	}
-	return time.Since(l.st.lastUsed)
-}
-
-// Close ends queued requests with ErrLimiterClosed and makes later calls fail
-// with it. It sends nothing; the state on the server stays. Idempotent.
-func (l *Limiter) Close() error {
-	l.st.mu.Lock()
-	defer l.st.mu.Unlock()
-	l.st.closed = true
-	return nil
 }
