@@ -164,7 +164,9 @@ func (l *Limiter) Wait(ctx context.Context, n int64) (Decision, error) {
 			l.record(d, err)
 			return d, err
 		}
-		s.available = d.Remaining
+		if d.served {
+			s.available = d.Remaining
+		}
 		refused, tried = d, true
 		if s.closed {
 			s.mu.Unlock()
@@ -319,7 +321,9 @@ func (l *Limiter) serve(served chan struct{}, delay time.Duration) {
 			failures, delay = 0, 0
 			continue
 		case err == nil && d.HasRetryAfter:
-			s.available = d.Remaining
+			if d.served {
+				s.available = d.Remaining
+			}
 			failures, delay = 0, retryDelay(d, 0)
 		case w.ctx.Err() != nil || s.closed:
 			// The decision was cancelled with its request: next head.
@@ -331,7 +335,7 @@ func (l *Limiter) serve(served chan struct{}, delay time.Duration) {
 			}
 			delay = 0
 		default:
-			if err == nil {
+			if err == nil && d.served {
 				s.available = d.Remaining
 			}
 			failures++
