@@ -307,17 +307,23 @@ func (l *Limiter) serve(served chan struct{}, delay time.Duration) {
 		cancel()
 
 		s.mu.Lock()
-		s.q.busy = nil
 		s.lastUsed = time.Now()
+		if !(err == nil && d.Allowed) {
+			s.q.busy = nil
+		}
 		switch {
 		case err == nil && d.Allowed:
-			// Granted. If w's caller gave up (ctx, Close) meanwhile, the
-			// permits are consumed all the same: counted as granted.
+			// Granted, and counted before the caller hears of it. If w's
+			// caller gave up (ctx, Close) meanwhile, the permits are
+			// consumed all the same: counted as granted.
+			s.mu.Unlock()
+			l.record(d, nil)
+			s.mu.Lock()
+			s.q.busy = nil // not pushed out before it hears of its grant
 			if w.el != nil {
 				l.finish(w, d, nil)
 			}
 			s.mu.Unlock()
-			l.record(d, nil)
 			failures, delay = 0, 0
 			continue
 		case err == nil && d.HasRetryAfter:
