@@ -60,7 +60,10 @@ type LimiterStats struct {
 	// Granted and Rejected count this limiter's decisions (requests, not
 	// permits): Allow and Wait calls that were granted, and those that were
 	// refused (Allow not allowed, Wait refused because the request exceeds the
-	// limit or the queue is full). Errors count in neither.
+	// limit or the queue is full, or pushed out of it). Errors count in
+	// neither (a Wait ended by its context or by Close), except that a queued
+	// request granted by the server as its caller gave up counts as granted:
+	// its permits are consumed.
 	Granted, Rejected int64
 	// QueuedPermits is the number of permits waiting in the local queue now.
 	QueuedPermits int64

@@ -187,7 +187,7 @@ func (l *Limiter) queueIdle() bool {
 // queued one. A request larger than the queue and a queue limit of zero
 // refuse at once.
 func TestWaitQueueLimit(t *testing.T) {
-	forEachServer(t, false, func(t *testing.T, c *Coordinator, _ *redis.Client) {
+	forEachServer(t, true, func(t *testing.T, c *Coordinator, _ *redis.Client) {
 		for _, algo := range []Algorithm{AlgoFixedWindow, AlgoTokenBucket} {
 			t.Run(string(algo)+"/oldest-first", func(t *testing.T) {
 				l := queueLimiter(t, c, algo, "limit:old:"+string(algo), 5*time.Second, WithQueue(2, OldestFirst))
@@ -291,7 +291,7 @@ func TestWaitQueueLimit(t *testing.T) {
 // TestWaitCancel: a queued request whose context ends returns the context's
 // error (errors.Is), leaves the queue at once, and the others keep waiting.
 func TestWaitCancel(t *testing.T) {
-	forEachServer(t, false, func(t *testing.T, c *Coordinator, _ *redis.Client) {
+	forEachServer(t, true, func(t *testing.T, c *Coordinator, _ *redis.Client) {
 		for _, algo := range []Algorithm{AlgoFixedWindow, AlgoTokenBucket} {
 			t.Run(string(algo), func(t *testing.T) {
 				l := queueLimiter(t, c, algo, "cancel:"+string(algo), 2*time.Second, WithQueue(5, OldestFirst))
@@ -343,7 +343,7 @@ func TestWaitCancel(t *testing.T) {
 // ErrLimiterClosed (not a context error), stops the queue's goroutine, makes
 // later calls fail, and is idempotent.
 func TestWaitClose(t *testing.T) {
-	forEachServer(t, false, func(t *testing.T, c *Coordinator, _ *redis.Client) {
+	forEachServer(t, true, func(t *testing.T, c *Coordinator, _ *redis.Client) {
 		for _, algo := range []Algorithm{AlgoFixedWindow, AlgoTokenBucket} {
 			t.Run(string(algo), func(t *testing.T) {
 				l := queueLimiter(t, c, algo, "close:"+string(algo), 10*time.Second, WithQueue(5, OldestFirst))
@@ -371,6 +371,9 @@ func TestWaitClose(t *testing.T) {
 				}
 				if _, err := l.Wait(ctx, 1); !errors.Is(err, ErrLimiterClosed) {
 					t.Fatalf("Wait after Close: %v", err)
+				}
+				if _, err := l.Allow(ctx, 1); !errors.Is(err, ErrLimiterClosed) {
+					t.Fatalf("Allow after Close: %v", err)
 				}
 				if err := l.Close(); err != nil {
 					t.Fatalf("second Close: %v", err)

@@ -224,7 +224,9 @@ func (m *Middleware) decide(ctx context.Context, lim prim.RateLimiter, n int64) 
 
 // failed answers a request that got no decision.
 func (m *Middleware) failed(w http.ResponseWriter, r *http.Request, next http.Handler, err error) {
-	if errors.Is(err, ErrClosed) {
+	if errors.Is(err, ErrClosed) || errors.Is(err, prim.ErrLimiterClosed) {
+		// Close: the limiters are gone on purpose (a limiter in use is never
+		// dropped for idleness or the bound), whatever WithFailOpen says.
 		http.Error(w, http.StatusText(http.StatusServiceUnavailable), http.StatusServiceUnavailable)
 		return
 	}
@@ -317,8 +319,9 @@ func (m *Middleware) Limiters() int {
 	return len(m.limiters)
 }
 
-// Close closes every limiter (requests waiting in a queue end with 503) and
-// makes later requests fail with 503 (ErrClosed, whatever WithFailOpen says).
+// Close closes every limiter (requests waiting in a queue end with 503,
+// prim.ErrLimiterClosed) and makes later requests fail with 503 (ErrClosed);
+// neither passes with WithFailOpen.
 // The state on the server stays. Idempotent.
 func (m *Middleware) Close() error {
 	m.mu.Lock()

@@ -381,5 +381,49 @@ func TestMiddlewareErrors(t *testing.T) {
 				t.Fatalf("unreachable limiter, fail open %v: %s, served %d", failOpen, resp.Status, served.Load()-before)
 			}
 		}
+
+		// Close while a request waits in a queue: 503 at once, even failing open.
+		wm := ratelimithttp.New(f.of(rl, env.k("closewait:"), 1, 10*time.Second, prim.WithQueue(5, prim.OldestFirst)),
+			ratelimithttp.KeyByHeader("X-Client"), ratelimithttp.WithWait(20*time.Second), ratelimithttp.WithFailOpen(),
+			ratelimithttp.WithLogger(slog.New(slog.DiscardHandler)))
+		wsrv := httptest.NewServer(wm.Handler(okHandler(&served)))
+		defer wsrv.Close()
+		if resp := get(t, wsrv.URL, "w"); resp.StatusCode != http.StatusOK {
+			t.Fatalf("first: %s", resp.Status)
+		}
+		done := make(chan int, 1)
+		go func() {
+			req, _ := http.NewRequest(http.MethodGet, wsrv.URL, nil)
+			req.Header.Set("X-Client", "w")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				done <- 0
+				return
+			}
+			resp.Body.Close()
+			done <- resp.StatusCode
+		}()
+		made := f.list()
+		waiting := made[len(made)-1]
+		deadline := time.Now().Add(5 * time.Second)
+		for waiting.Stats().QueuedPermits != 1 {
+			if time.Now().After(deadline) {
+				t.Fatal("the second request never queued")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		start := time.Now()
+		wm.Close()
+		select {
+		case code := <-done:
+			if code != http.StatusServiceUnavailable {
+				t.Fatalf("queued request at Close: %d, want 503", code)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("Close left the queued request waiting")
+		}
+		if el := time.Since(start); el > 3*time.Second {
+			t.Fatalf("queued request released %v after Close", el)
+		}
 	})
 }
