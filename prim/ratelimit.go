@@ -308,7 +308,9 @@ func (l *Limiter) Allow(ctx context.Context, n int64) (Decision, error) {
 	if l.isClosed() {
 		return Decision{}, ErrLimiterClosed
 	}
+	l.begin()
 	d, err := l.decide(ctx, n)
+	l.end()
 	l.record(d, err)
 	return d, err
 }

@@ -376,6 +376,22 @@ func permanent(err error) bool {
 	return false
 }
 
+// begin counts a decision in flight outside the queue (IdleDuration is zero
+// meanwhile).
+func (l *Limiter) begin() {
+	l.st.mu.Lock()
+	defer l.st.mu.Unlock()
+	l.st.q.inflight++
+}
+
+// end ends what begin began.
+func (l *Limiter) end() {
+	l.st.mu.Lock()
+	defer l.st.mu.Unlock()
+	l.st.q.inflight--
+	l.st.lastUsed = time.Now()
+}
+
 // Stats reports this limiter's local statistics.
 func (l *Limiter) Stats() LimiterStats {
 	l.st.mu.Lock()
@@ -384,7 +400,8 @@ func (l *Limiter) Stats() LimiterStats {
 }
 
 // IdleDuration is the time since this limiter last made a decision or had a
-// request queued: zero while a Wait is queued or its decision is in flight.
+// request queued: zero while a Wait is queued or a decision (Allow's, Wait's)
+// is in flight.
 // The state on the server is shared and stays; only this local limiter is
 // idle (a cache of limiters can Close and forget it).
 func (l *Limiter) IdleDuration() time.Duration {

@@ -465,7 +465,7 @@ func TestWaitDoesNotPoll(t *testing.T) {
 // permits and the latest available count; IdleDuration grows without use and
 // is zero while a request waits.
 func TestLimiterStatsIdle(t *testing.T) {
-	forEachServer(t, false, func(t *testing.T, c *Coordinator, _ *redis.Client) {
+	forEachServer(t, false, func(t *testing.T, c *Coordinator, admin *redis.Client) {
 		l, err := c.RateLimiters().FixedWindow("stats", 3, 5*time.Second, WithQueue(2, OldestFirst))
 		if err != nil {
 			t.Fatal(err)
@@ -506,6 +506,32 @@ func TestLimiterStatsIdle(t *testing.T) {
 		}
 		if idle := l.IdleDuration(); idle > time.Second {
 			t.Fatalf("IdleDuration %v right after the queue emptied", idle)
+		}
+
+		// An Allow in flight (the server paused) is use too.
+		time.Sleep(60 * time.Millisecond)
+		if err := admin.Do(ctx, "CLIENT", "PAUSE", "700", "ALL").Err(); err != nil {
+			t.Fatal(err)
+		}
+		allowed := make(chan error, 1)
+		go func() {
+			_, err := l.Allow(ctx, 0)
+			allowed <- err
+		}()
+		time.Sleep(200 * time.Millisecond)
+		select {
+		case err := <-allowed:
+			t.Fatalf("Allow returned during CLIENT PAUSE (%v): nothing to observe", err)
+		default:
+		}
+		if idle := l.IdleDuration(); idle != 0 {
+			t.Fatalf("IdleDuration %v while Allow is in flight", idle)
+		}
+		if err := <-allowed; err != nil {
+			t.Fatal(err)
+		}
+		if idle := l.IdleDuration(); idle > time.Second {
+			t.Fatalf("IdleDuration %v right after Allow", idle)
 		}
 	})
 }
