@@ -427,3 +427,42 @@ func TestMiddlewareErrors(t *testing.T) {
 		}
 	})
 }
+
+// TestMiddlewareWeight: WithWeight takes that many permits per request; a
+// request heavier than the limit is refused without Retry-After (it can never
+// pass); a negative weight is a limiter error (503, failing closed).
+func TestMiddlewareWeight(t *testing.T) {
+	onFirstBuild(t, func(t *testing.T, env *env) {
+		c, _ := env.client(t)
+		rl := prim.New(c).RateLimiters()
+		var f limiterFactory
+		m := ratelimithttp.New(f.of(rl, env.k("w:"), 5, time.Minute), ratelimithttp.KeyByIP,
+			ratelimithttp.WithLogger(slog.New(slog.DiscardHandler)),
+			ratelimithttp.WithWeight(func(r *http.Request) int64 {
+				n, _ := strconv.ParseInt(r.Header.Get("X-Client"), 10, 64)
+				return n
+			}))
+		defer m.Close()
+		var served atomic.Int64
+		srv := httptest.NewServer(m.Handler(okHandler(&served)))
+		defer srv.Close()
+		resp := get(t, srv.URL, "3")
+		if resp.StatusCode != http.StatusOK || headerInt(t, resp, "RateLimit-Remaining") != 2 {
+			t.Fatalf("weight 3 of 5: %s, remaining %s", resp.Status, resp.Header.Get("RateLimit-Remaining"))
+		}
+		resp = get(t, srv.URL, "3")
+		if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+			t.Fatalf("weight 3 with 2 left: %s, Retry-After %q", resp.Status, resp.Header.Get("Retry-After"))
+		}
+		resp = get(t, srv.URL, "6")
+		if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "" {
+			t.Fatalf("weight 6 over a limit of 5: %s, Retry-After %q (want 429 without)", resp.Status, resp.Header.Get("Retry-After"))
+		}
+		if resp := get(t, srv.URL, "-1"); resp.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("negative weight: %s", resp.Status)
+		}
+		if served.Load() != 1 {
+			t.Fatalf("served %d", served.Load())
+		}
+	})
+}
