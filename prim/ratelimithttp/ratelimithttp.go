@@ -230,6 +230,12 @@ func (m *Middleware) failed(w http.ResponseWriter, r *http.Request, next http.Ha
 		http.Error(w, http.StatusText(http.StatusServiceUnavailable), http.StatusServiceUnavailable)
 		return
 	}
+	if r.Context().Err() != nil {
+		// The client went away (or the server is shutting down): nobody
+		// reads the answer, and it is no limiter failure worth a warning.
+		http.Error(w, http.StatusText(http.StatusServiceUnavailable), http.StatusServiceUnavailable)
+		return
+	}
 	if m.cfg.failOpen {
 		m.cfg.logger.WarnContext(r.Context(), "ratelimithttp: no rate-limit decision; request passed (fail open)", "err", err)
 		next.ServeHTTP(w, r)
