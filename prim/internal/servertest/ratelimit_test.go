@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/coordtorture/coordtorture/testbed"
 	"github.com/redis/go-redis/v9"
@@ -467,4 +468,146 @@ func checkArgs(t *testing.T, kind string, cmds [][]any, limit int64, window time
 			}
 		}
 	}
+}
+
+// grantSpan is one grant as the client saw it: the server decided somewhere
+// between sent and recv.
+type grantSpan struct {
+	sent, recv time.Time
+	n          int64
+}
+
+// maxIn is the most permits granted within one span shorter than L that the
+// evidence proves: grants whose [sent, recv] all lie in [s, s+L) for some s
+// happened, on any clock that runs at the rate of ours, within less than L.
+// (Conservative: latency only hides grants from it.) gs is sorted by sent.
+func maxIn(gs []grantSpan, L time.Duration) (most int64, at int) {
+	for i := range gs {
+		end := gs[i].sent.Add(L)
+		var sum int64
+		for j := i; j < len(gs) && gs[j].sent.Before(end); j++ {
+			if gs[j].recv.Before(end) {
+				sum += gs[j].n
+			}
+		}
+		if sum > most {
+			most, at = sum, i
+		}
+	}
+	return most, at
+}
+
+// 8 goroutines over two Coordinators (two clients) hammer one key for five
+// windows; the grants never exceed the algorithm's bound (DESIGN.md
+// "Checkers"): fixed ≤ 2·limit in any span < window, sliding ≤ limit in any
+// span < window, bucket ≤ limit + rate·span/period.
+func TestRateLimitBound(t *testing.T) {
+	forEachLimiter(t, func(t *testing.T, e *env, k limiterKind) {
+		const limit, window = 20, 300 * time.Millisecond
+		ctx := ctxT(t, time.Minute)
+		key := e.k(k.name + ":bound")
+		var lims [2]*prim.Limiter
+		for i := range lims {
+			c, _ := e.client(t)
+			lims[i] = mustLimiter(t, k, prim.New(c).RateLimiters(), key, limit, window)
+		}
+		var (
+			mu      sync.Mutex
+			grants  []grantSpan
+			refused atomic.Int64
+		)
+		stop := time.Now().Add(5 * window)
+		var wg sync.WaitGroup
+		for g := range 8 {
+			wg.Go(func() {
+				l := lims[g%2]
+				for i := 0; i < 20000 && time.Now().Before(stop); i++ {
+					n := int64(1 + (i+g)%3)
+					sent := time.Now()
+					d, err := l.Allow(ctx, n)
+					recv := time.Now()
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if !d.Allowed {
+						refused.Add(1)
+						if !d.HasRetryAfter || d.RetryAfter < 0 || d.RetryAfter > window+window/10+time.Millisecond {
+							t.Errorf("refusal %+v", d)
+							return
+						}
+						time.Sleep(time.Millisecond)
+						continue
+					}
+					mu.Lock()
+					grants = append(grants, grantSpan{sent, recv, n})
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		slices.SortFunc(grants, func(a, b grantSpan) int { return a.sent.Compare(b.sent) })
+		var total int64
+		for _, g := range grants {
+			total += g.n
+		}
+		t.Logf("%d permits in %d grants, %d refusals", total, len(grants), refused.Load())
+		if total < 2*limit || refused.Load() == 0 {
+			t.Fatalf("%d permits granted, %d refused in five windows: the hammering proves nothing", total, refused.Load())
+		}
+		check := func(L time.Duration, bound int64) {
+			if most, at := maxIn(grants, L); most > bound {
+				t.Errorf("%d permits granted within %v from %v (bound %d)", most, L, grants[at].sent.Format("15:04:05.000"), bound)
+			}
+		}
+		switch k.name {
+		case "fixed":
+			check(window, 2*limit)
+		case "sliding":
+			check(window, limit)
+		case "bucket":
+			for _, L := range []time.Duration{window / 10, window / 4, window / 2, window, 2 * window} {
+				check(L, limit+int64(float64(limit)*float64(L)/float64(window)))
+			}
+		}
+	})
+}
+
+// RetryAfter is honest: a lone retry clearly before it fails, one after it
+// succeeds.
+func TestRateLimitRetryAfter(t *testing.T) {
+	forEachLimiter(t, func(t *testing.T, e *env, k limiterKind) {
+		const limit, window = 3, time.Second
+		ctx := ctxT(t, time.Minute)
+		c, _ := e.client(t)
+		l := mustLimiter(t, k, prim.New(c).RateLimiters(), e.k(k.name+":retry"), limit, window)
+		for i := range limit {
+			if d, err := l.Allow(ctx, 1); err != nil || !d.Allowed {
+				t.Fatalf("grant %d: %+v, %v", i, d, err)
+			}
+		}
+		d, err := l.Allow(ctx, 1)
+		got := time.Now()
+		if err != nil || d.Allowed || !d.HasRetryAfter {
+			t.Fatalf("refusal: %+v, %v", d, err)
+		}
+		r := d.RetryAfter
+		// fixed: the rest of the window; sliding: the window and up to a segment
+		// (rounded forward); bucket: one token's refill, window/limit.
+		lo, hi := window*8/10, window+window/10+time.Millisecond
+		if k.name == "bucket" {
+			lo, hi = window/limit*8/10, window/limit+time.Millisecond
+		}
+		if r < lo || r > hi {
+			t.Fatalf("RetryAfter %v, want within [%v, %v]", r, lo, hi)
+		}
+		time.Sleep(time.Until(got.Add(r / 2)))
+		if d, err := l.Allow(ctx, 1); err != nil || d.Allowed || !d.HasRetryAfter || d.RetryAfter > r {
+			t.Fatalf("retry at half the RetryAfter %v: %+v, %v; want refused with a shorter RetryAfter", r, d, err)
+		}
+		time.Sleep(time.Until(got.Add(r)))
+		if d, err := l.Allow(ctx, 1); err != nil || !d.Allowed {
+			t.Fatalf("retry after RetryAfter %v: %+v, %v; want granted", r, d, err)
+		}
+	})
 }
