@@ -617,3 +617,147 @@ func TestRateLimitRetryAfter(t *testing.T) {
 		}
 	})
 }
+
+// The script's own repair of a fixed-window counter without expiry (a full
+// counter would otherwise deny forever): a request gives it a window; n == 0
+// reports that window and writes nothing.
+func TestRateLimitFixedPersistedCounter(t *testing.T) {
+	forEachBuild(t, func(t *testing.T, e *env) {
+		ctx := ctxT(t, time.Minute)
+		c, _ := e.client(t)
+		key := e.k("persisted")
+		l, err := prim.New(c).RateLimiters().FixedWindow(key, 3, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.admin.Set(ctx, key, "3", 0)
+		before := snapshot(ctx, e.admin, key)
+		d, err := l.Allow(ctx, 0)
+		if err != nil || d.Allowed || !d.HasRetryAfter || d.RetryAfter != 5*time.Second+time.Millisecond {
+			t.Fatalf("n == 0 on a full counter without expiry: %+v, %v", d, err)
+		}
+		if after := snapshot(ctx, e.admin, key); after != before {
+			t.Fatalf("n == 0 wrote:\n%s\n%s", before, after)
+		}
+		d, err = l.Allow(ctx, 1)
+		if err != nil || d.Allowed || !d.HasRetryAfter || d.RetryAfter < 4*time.Second || d.RetryAfter > 5*time.Second+time.Millisecond {
+			t.Fatalf("n == 1 on a full counter without expiry: %+v, %v", d, err)
+		}
+		if p := e.admin.PTTL(ctx, key).Val(); p <= 4*time.Second {
+			t.Fatalf("not repaired: PTTL %v", p)
+		}
+		if v := e.admin.Get(ctx, key).Val(); v != "3" {
+			t.Fatalf("counter %q", v)
+		}
+	})
+}
+
+// Uncertain outcomes, with go-redis's default options: a decision whose reply
+// is lost when ctx ends is ErrUncertain, and its permit was consumed; a reply
+// lost and then resent (go-redis's MaxRetries) consumes twice for one grant:
+// over-consumption, never over-admission.
+func TestRateLimitUncertain(t *testing.T) {
+	forEachLimiter(t, func(t *testing.T, e *env, k limiterKind) {
+		ctx := ctxT(t, time.Minute)
+		c, cut := defaultClient(t, e)
+		link, err := e.topo.Link(e.peer, "n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = link.Heal() })
+		f := prim.New(c).RateLimiters()
+		// The script cached on the server, and for the fixed window the node
+		// recorded as lacking INCREX, so the faults hit the script.
+		if _, err := mustLimiter(t, k, f, e.k(k.name+":warm"), 5, time.Minute).Allow(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		remaining := func(l *prim.Limiter, want int64) {
+			t.Helper()
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				d, err := l.Allow(ctx, 0)
+				if err == nil && d.Remaining == want {
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("remaining %+v, %v; want %d", d, err, want)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+
+		t.Run("reply lost at ctx end", func(t *testing.T) {
+			l := mustLimiter(t, k, f, e.k(k.name+":lost"), 5, time.Minute)
+			if err := link.LoseReplies(); err != nil {
+				t.Fatal(err)
+			}
+			actx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			start := time.Now()
+			d, err := l.Allow(actx, 1)
+			cancel()
+			if took := time.Since(start); took > time.Second {
+				t.Errorf("Allow returned %v after its 100ms deadline", took)
+			}
+			if err := link.Heal(); err != nil {
+				t.Fatal(err)
+			}
+			if !errors.Is(err, prim.ErrUncertain) || d.Allowed {
+				t.Fatalf("reply lost: %+v, %v; want ErrUncertain", d, err)
+			}
+			remaining(l, 4) // consumed, though not reported granted
+		})
+
+		t.Run("reply lost and resent", func(t *testing.T) {
+			l := mustLimiter(t, k, f, e.k(k.name+":resent"), 5, time.Minute)
+			before := cmdCalls(ctx, e.admin, "evalsha", "eval")
+			loseOneReply(t, cut, link)
+			d, err := l.Allow(ctx, 1)
+			if runs := cmdCalls(ctx, e.admin, "evalsha", "eval") - before; runs < 2 {
+				t.Fatalf("the server ran the script %d times: nothing was resent, the test proves nothing", runs)
+			}
+			if err != nil || !d.Allowed {
+				t.Fatalf("resent decision: %+v, %v; want the resend's grant", d, err)
+			}
+			remaining(l, 3) // one grant, two permits consumed
+		})
+	})
+}
+
+// On a Cluster, each limiter's one key is on one slot: every algorithm works,
+// through a prefixed view too, on keys spread over the slots.
+func TestRateLimitCluster(t *testing.T) {
+	for _, b := range testbed.Matrix() {
+		t.Run(b, func(t *testing.T) {
+			ctx := ctxT(t, 2*time.Minute)
+			topo := testbed.Cluster(t, b, 3, 0)
+			c, err := topo.Client()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			co := prim.New(c)
+			for _, f := range []*prim.RateLimiters{co.RateLimiters(), co.WithPrefix("{app}:").RateLimiters()} {
+				for _, k := range limiterKinds {
+					for i := range 4 {
+						key := fmt.Sprintf("%s:%d", k.name, i)
+						l := mustLimiter(t, k, f, key, 2, 10*time.Second)
+						for j := range 2 {
+							if d, err := l.Allow(ctx, 1); err != nil || !d.Allowed || d.Remaining != int64(1-j) {
+								t.Fatalf("%s: grant %d: %+v, %v", l.Key(), j, d, err)
+							}
+						}
+						if d, err := l.Allow(ctx, 1); err != nil || d.Allowed || !d.HasRetryAfter {
+							t.Fatalf("%s: refusal: %+v, %v", l.Key(), d, err)
+						}
+						if d, err := l.Allow(ctx, 0); err != nil || d.Allowed {
+							t.Fatalf("%s: n == 0: %+v, %v", l.Key(), d, err)
+						}
+						if n, err := c.Exists(ctx, l.Key()).Result(); err != nil || n != 1 {
+							t.Fatalf("%s: exists %d, %v", l.Key(), n, err)
+						}
+					}
+				}
+			}
+		})
+	}
+}
