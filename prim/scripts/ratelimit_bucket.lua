@@ -29,9 +29,11 @@
 if redis.replicate_commands then
   redis.replicate_commands()
 end
-local n = tonumber(ARGV[1])
-local limit = tonumber(ARGV[2])
-local per = tonumber(ARGV[3]) / (tonumber(ARGV[4]) * 1000) -- tokens per µs
+-- ARGV are prim's own decimal integers; the state is checked below.
+local tonumber = tonumber
+local n = ARGV[1] + 0
+local limit = ARGV[2] + 0
+local per = ARGV[3] / (ARGV[4] * 1000) -- tokens per µs
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
 local s = redis.pcall('HMGET', KEYS[1], 'tokens', 'time')

@@ -22,10 +22,12 @@
 if redis.replicate_commands then
   redis.replicate_commands()
 end
-local n = tonumber(ARGV[1])
-local limit = tonumber(ARGV[2])
-local window = tonumber(ARGV[3])
-local seg = tonumber(ARGV[4])
+-- ARGV are prim's own decimal integers; the state is checked below.
+local tonumber = tonumber
+local n = ARGV[1] + 0
+local limit = ARGV[2] + 0
+local window = ARGV[3] + 0
+local seg = ARGV[4] + 0
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local h = redis.pcall('HGETALL', KEYS[1])
@@ -34,22 +36,29 @@ if h.err then
 end
 -- A segment ending after from is active.
 local from = now - window
+-- A field or count that is not a number makes the arithmetic raise: caught,
+-- it is a malformed state (nothing written yet).
 local sum, last, stale = 0, 0, nil
-for i = 1, #h, 2 do
-  local e, c = tonumber(h[i]), tonumber(h[i + 1])
-  if not e or not c or e < 1 or c < 1 or e % 1 ~= 0 or c % 1 ~= 0 then
-    return {-1, 'malformed'}
-  end
-  if e > from then
-    sum = sum + c
-    if e > last then
-      last = e
+local ok = pcall(function()
+  for i = 1, #h, 2 do
+    local e, c = h[i] + 0, h[i + 1] + 0
+    if e < 1 or c < 1 or e % 1 ~= 0 or c % 1 ~= 0 then
+      error('malformed')
     end
-  elseif stale then
-    stale[#stale + 1] = h[i]
-  else
-    stale = {h[i]}
+    if e > from then
+      sum = sum + c
+      if e > last then
+        last = e
+      end
+    elseif stale then
+      stale[#stale + 1] = h[i]
+    else
+      stale = {h[i]}
+    end
   end
+end)
+if not ok then
+  return {-1, 'malformed'}
 end
 local reset = 0
 if last > 0 then
