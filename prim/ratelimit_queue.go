@@ -37,7 +37,7 @@ const (
 // limiterQueue is the queue part of limiterState; limiterState.mu guards it.
 type limiterQueue struct {
 	list     list.List    // *limitWaiter, oldest at the front
-	inflight int          // Wait's first decisions in flight (outside the queue)
+	inflight int          // decisions in flight outside the queue (Allow, Wait's first)
 	serving  bool         // the queue's goroutine runs (true whenever list is not empty)
 	busy     *limitWaiter // the queued request whose decision is in flight
 	served   chan struct{}
@@ -127,9 +127,11 @@ func (l *Limiter) finish(w *limitWaiter, d Decision, err error) {
 //
 // Wait ends with ctx's error (wrapped: errors.Is(err, context.Canceled) or
 // context.DeadlineExceeded holds) when ctx ends first, and the request leaves
-// the queue at once. If the request's decision was in flight when ctx ended,
-// the server may have granted it: those permits are consumed, Stats counts the
-// request as granted, and the caller still gets ctx's error. Wait ends with
+// the queue at once. If the request's decision was in flight when ctx ended
+// (the decision is sent under ctx, so ending ctx cuts it off), the server may
+// have granted it: those permits are consumed and the caller still gets ctx's
+// error; Stats counts the request as granted when the grant's reply arrived,
+// and in neither count when the reply was lost (prim cannot know). Wait ends with
 // ErrLimiterClosed when the limiter is closed, and fails with it after Close.
 // Negative n is ErrNegativePermits (nothing sent); n larger than the limit is
 // answered as Allow answers it (not allowed, no RetryAfter, no error) and is
