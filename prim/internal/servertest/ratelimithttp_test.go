@@ -46,6 +46,8 @@ type trackedLimiter struct {
 
 func (l *trackedLimiter) Close() error { l.closed.Store(true); return l.Limiter.Close() }
 
+var factoryRun atomic.Int64
+
 // limiterFactory makes fixed-window limiters (limit per window, opts) under
 // the test's namespace and remembers every one it made, by key.
 type limiterFactory struct {
@@ -53,7 +55,10 @@ type limiterFactory struct {
 	made []*trackedLimiter
 }
 
+// Each call has keys of its own (a run number in the prefix), so a repeated
+// run (-count) starts from fresh server state.
 func (f *limiterFactory) of(rl *prim.RateLimiters, ns string, limit int64, window time.Duration, opts ...prim.LimiterOption) ratelimithttp.Factory {
+	ns = fmt.Sprintf("%s%d:", ns, factoryRun.Add(1))
 	return func(key string) (prim.RateLimiter, error) {
 		l, err := rl.FixedWindow(ns+key, limit, window, opts...)
 		if err != nil {
