@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -348,6 +349,7 @@ func TestWaitClose(t *testing.T) {
 			t.Run(string(algo), func(t *testing.T) {
 				l := queueLimiter(t, c, algo, "close:"+string(algo), 10*time.Second, WithQueue(5, OldestFirst))
 				exhaust(t, l)
+				goroutines := runtime.NumGoroutine()
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer cancel()
 				out := make(chan waitOutcome, 2)
@@ -369,6 +371,10 @@ func TestWaitClose(t *testing.T) {
 				if !l.queueIdle() {
 					t.Fatal("the queue's goroutine still runs after Close returned")
 				}
+				// The waiters' goroutines and the queue's are gone: no more
+				// goroutines than before the requests were queued.
+				eventually(t, "goroutines back to their count before the queue", 5*time.Second,
+					func() bool { return runtime.NumGoroutine() <= goroutines })
 				if _, err := l.Wait(ctx, 1); !errors.Is(err, ErrLimiterClosed) {
 					t.Fatalf("Wait after Close: %v", err)
 				}
