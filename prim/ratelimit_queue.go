@@ -135,7 +135,8 @@ func (l *Limiter) finish(w *limitWaiter, d Decision, err error) {
 // ErrLimiterClosed when the limiter is closed, and fails with it after Close.
 // Negative n is ErrNegativePermits (nothing sent); n larger than the limit is
 // answered as Allow answers it (not allowed, no RetryAfter, no error) and is
-// never queued.
+// never queued. n == 0 waits (queued like any request) until a permit is
+// available, and consumes none.
 //
 // The order is local to this limiter: other processes, other limiters on the
 // same key, and local Allow calls can take permits ahead of queued requests.

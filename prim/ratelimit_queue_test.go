@@ -575,3 +575,30 @@ func TestWaitConcurrentQueue(t *testing.T) {
 		eventually(t, "the queue's goroutine exits", 5*time.Second, l.queueIdle)
 	})
 }
+
+// TestWaitZero: Wait for zero permits on an exhausted limiter waits (queued,
+// no polling) until a permit is available and consumes none.
+func TestWaitZero(t *testing.T) {
+	forEachServer(t, false, func(t *testing.T, c *Coordinator, _ *redis.Client) {
+		for _, algo := range []Algorithm{AlgoFixedWindow, AlgoTokenBucket} {
+			t.Run(string(algo), func(t *testing.T) {
+				period := time.Second
+				l := queueLimiter(t, c, algo, "zero:"+string(algo), period, WithQueue(1, OldestFirst))
+				exhaust(t, l)
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				start := time.Now()
+				d, err := l.Wait(ctx, 0)
+				if err != nil || !d.Allowed || d.Remaining < 1 {
+					t.Fatalf("Wait(0): %+v %v", d, err)
+				}
+				if el := time.Since(start); el < period/2 {
+					t.Fatalf("Wait(0) on an exhausted limiter returned after %v", el)
+				}
+				if d, err := l.Allow(ctx, 1); err != nil || !d.Allowed {
+					t.Fatalf("Wait(0) consumed the permit: Allow(1) %+v %v", d, err)
+				}
+			})
+		}
+	})
+}
