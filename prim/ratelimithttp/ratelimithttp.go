@@ -194,7 +194,11 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 		}
 		d, err := m.decide(r.Context(), e.lim, n)
 		m.release(e)
-		setHeaders(w.Header(), d)
+		if err == nil || d.HasRetryAfter {
+			// A decision the server made (a Wait ended by its context, or
+			// refused behind a queue, carries none).
+			setHeaders(w.Header(), d)
+		}
 		switch {
 		case err == nil && d.Allowed:
 			next.ServeHTTP(w, r)
