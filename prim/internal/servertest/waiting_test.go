@@ -96,7 +96,13 @@ func TestWaitingHandOff(t *testing.T) {
 				if time.Since(released) > time.Second {
 					t.Fatalf("hand-off took %v", time.Since(released))
 				}
-				if n := cnt.get() - before; n > 6 {
+				// About 6: the release (DELEX, and the script where the build lacks
+				// DELEX), the waiter's contended attempt, its tracking read and its
+				// winning attempt. 8 leaves room for one extra re-check when the
+				// invalidation races the tracking read on a loaded machine (CI saw
+				// 7 once, on redis-8.0 over RESP2); polling would send far more,
+				// and the idle check above already catches it.
+				if n := cnt.get() - before; n > 8 {
 					t.Fatalf("waiter sent %d commands for one hand-off", n)
 				}
 				l.Release(ctx)
