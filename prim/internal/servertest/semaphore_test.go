@@ -688,3 +688,46 @@ func BenchmarkSemaphorePair(b *testing.B) {
 		})
 	}
 }
+
+// Cancellation: a cancelled verification or a renewal cancelled before it
+// starts changes nothing; a cancelled release still sends one bounded
+// owner-token release, which removes the permit, and returns the error.
+func TestSemaphoreCancelledOperations(t *testing.T) {
+	forEachBuild(t, func(t *testing.T, e *env) {
+		ctx := ctxT(t, time.Minute)
+		c, _ := e.client(t)
+		co := prim.New(c)
+		key := e.k("sem")
+		p, err := co.Semaphore(key, 2).TryAcquire(ctx, 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cancelled, cancel := context.WithCancel(ctx)
+		cancel()
+		if ok, err := p.VerifyStillHeld(cancelled); ok || !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled verification: %v %v", ok, err)
+		}
+		if ok, err := p.Renew(cancelled, 30*time.Second); ok || !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled renewal: %v %v", ok, err)
+		}
+		if p.State() != prim.StateHeld || p.Surrendered() {
+			t.Fatalf("after cancelled verification and renewal: %v, surrendered %v", p.State(), p.Surrendered())
+		}
+		if ok, err := p.VerifyStillHeld(ctx); !ok || err != nil {
+			t.Fatalf("verification: %v %v", ok, err)
+		}
+		r, err := p.Release(cancelled)
+		if !errors.Is(err, context.Canceled) || r != prim.Released {
+			t.Fatalf("cancelled release: %v %v; want Released by the follow-up and the cancellation", r, err)
+		}
+		if p.State() != prim.StateReleased || e.admin.Exists(ctx, key).Val() != 0 {
+			t.Fatalf("after the cancelled release: %v, key exists %d", p.State(), e.admin.Exists(ctx, key).Val())
+		}
+		if r, err := p.Release(ctx); r != prim.AlreadyReleased || err != nil {
+			t.Fatalf("second release: %v %v", r, err)
+		}
+		if err := p.Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
