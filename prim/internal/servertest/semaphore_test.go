@@ -731,3 +731,56 @@ func TestSemaphoreCancelledOperations(t *testing.T) {
 		}
 	})
 }
+
+// Close over a black-holed link returns within about a second, without an
+// error; its background retries release the permit once the link heals,
+// and nothing is counted as abandoned.
+func TestSemaphoreCloseBlackHoledRetriesInBackground(t *testing.T) {
+	forEachBuild(t, func(t *testing.T, e *env) {
+		ctx := ctxT(t, time.Minute)
+		c, _ := e.client(t)
+		link, err := e.topo.Link(e.peer, "n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { link.Heal() })
+		reader := sdkmetric.NewManualReader()
+		co := prim.New(c, prim.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))),
+			prim.WithLogger(slog.New(slog.NewTextHandler(tlog{t}, nil))))
+		key := e.k("sem")
+		p, err := co.Semaphore(key, 2).TryAcquire(ctx, prim.NoExpiry)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := link.Partition(); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		if err := p.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		if d := time.Since(start); d > 2500*time.Millisecond {
+			t.Fatalf("Close over a black hole took %v, want about a second", d)
+		}
+		if p.State() == prim.StateHeld || p.RemainingEstimate() != 0 {
+			t.Fatalf("after an unconfirmed Close: %v, %v left", p.State(), p.RemainingEstimate())
+		}
+		time.Sleep(500 * time.Millisecond)
+		if n, _ := livePermits(ctx, e.admin, key); n != 1 {
+			t.Fatalf("%d permits while the link is black-holed, want 1", n)
+		}
+		if err := link.Heal(); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(15 * time.Second)
+		for e.admin.Exists(ctx, key).Val() != 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("the background release did not remove the permit within 15s of the heal")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if n := counterSum(t, reader, "prim.cleanup.abandoned", nil); n != 0 {
+			t.Fatalf("clean-up abandoned %d times", n)
+		}
+	})
+}
