@@ -784,3 +784,63 @@ func TestSemaphoreCloseBlackHoledRetriesInBackground(t *testing.T) {
 		}
 	})
 }
+
+// A fence that the server keeps refusing (a real ACL user without CLIENT
+// KILL) gives up after the clean-up window (shortened to 1.5s), is counted as
+// abandoned at stage fence, and sends no release: the uncertain permit
+// (without expiry) stays, as a delayed acquisition could otherwise recreate
+// it after the release.
+func TestSemaphoreUnfencedAcquisitionSendsNoRelease(t *testing.T) {
+	defer knobs.SetCleanupWindow(1500 * time.Millisecond)()
+	forEachBuild(t, func(t *testing.T, e *env) {
+		ctx := ctxT(t, time.Minute)
+		c, _ := aclUser(t, e, "client|kill")
+		link, err := e.topo.Link(e.peer, "n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { link.Heal() })
+		cut := &cutBefore{}
+		c.AddHook(cut)
+		reader := sdkmetric.NewManualReader()
+		co := prim.New(c, prim.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))),
+			prim.WithLogger(slog.New(slog.NewTextHandler(tlog{t}, nil))))
+		key := e.k("sem")
+		t.Cleanup(func() { e.admin.Del(context.Background(), key) })
+		sem := co.Semaphore(key, 2)
+		if p, err := sem.TryAcquire(ctx, time.Second); err != nil { // loads the scripts
+			t.Fatal(err)
+		} else {
+			p.Release(ctx)
+		}
+		cut.arm(link.LoseReplies)
+		actx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		p, err := sem.TryAcquire(actx, prim.NoExpiry)
+		cancel()
+		if p != nil || !errors.Is(err, prim.ErrUncertain) {
+			t.Fatalf("got %v, %v; want no permit and ErrUncertain", p, err)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for n, _ := livePermits(ctx, e.admin, key); n == 0; n, _ = livePermits(ctx, e.admin, key) {
+			if time.Now().After(deadline) {
+				t.Fatal("the acquisition never ran on the server")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if err := link.Heal(); err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]string{"primitive": "semaphore", "stage": "fence", "reason": "no-permission"}
+		deadline = time.Now().Add(15 * time.Second)
+		for counterSum(t, reader, "prim.cleanup.abandoned", want) != 1 {
+			if time.Now().After(deadline) {
+				t.Fatalf("abandoned counter %d after 15s (window 1.5s)", counterSum(t, reader, "prim.cleanup.abandoned", nil))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		time.Sleep(200 * time.Millisecond)
+		if n, _ := livePermits(ctx, e.admin, key); n != 1 {
+			t.Fatalf("%d permits left; want the unfenced one kept (no release without a fence)", n)
+		}
+	})
+}
