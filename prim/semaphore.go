@@ -104,6 +104,9 @@ type Permit struct {
 	bgOnce      sync.Once
 }
 
+// Key returns the semaphore key as stored on the server (prefixed).
+func (p *Permit) Key() string { return p.key }
+
 func validSemTTL(ttl time.Duration) error {
 	if ttl == NoExpiry {
 		return nil
