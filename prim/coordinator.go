@@ -151,6 +151,7 @@ func newOwnerToken() string {
 type metrics struct {
 	acquire, renew, release, uncertain metric.Int64Counter
 	degraded                           metric.Int64Counter
+	abandoned                          metric.Int64Counter
 	off                                bool // no meter provider: add does nothing
 
 	mu   sync.Mutex
@@ -172,6 +173,8 @@ func newMetrics(m metric.Meter) *metrics {
 		uncertain: mk("prim.uncertain", "operations whose outcome was uncertain, by operation"),
 		degraded: mk("prim.waiting.degraded",
 			"times a node's invalidation watcher fell back to re-checking on a timer, by reason"),
+		abandoned: mk("prim.cleanup.abandoned",
+			"background clean-ups that gave up (a permit left on the server until it expires or is removed), by stage and reason"),
 		opts: map[[2]string]metric.AddOption{},
 	}
 }
@@ -197,4 +200,13 @@ func (m *metrics) degradedAdd(ctx context.Context, reason string) {
 		return
 	}
 	m.degraded.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", reason)))
+}
+
+// abandonedAdd counts a background clean-up that gave up.
+func (m *metrics) abandonedAdd(ctx context.Context, kind, stage, reason string) {
+	if m.off {
+		return
+	}
+	m.abandoned.Add(ctx, 1, metric.WithAttributes(attribute.String("primitive", kind),
+		attribute.String("stage", stage), attribute.String("reason", reason)))
 }

@@ -226,6 +226,91 @@
 // PEXPIREAT, EXISTS) on the key, and INCREX and PTTL for the fast path (a user
 // without INCREX gets the script at the cost of a refused INCREX per decision).
 //
+// # Semaphores
+//
+// [Coordinator.Semaphore] names a counting semaphore without I/O;
+// [Semaphore.TryAcquire] takes one permit at once or returns [ErrNotAcquired]
+// (no queueing, no polling, no fairness: callers choose how to retry). Each
+// permit has its own random owner token; [Permit.Renew] (which can also change
+// the expiry, to [NoExpiry] or back), [Permit.VerifyStillHeld] and
+// [Permit.Release] are owner-checked. Durations are whole milliseconds, at
+// least 1ms, or [NoExpiry] for a permit that only a release ends. An empty key,
+// a capacity below 1 or a bad duration is a typed error ([ErrInvalidArgument])
+// with nothing sent.
+//
+// One key per semaphore, a sorted set: each permit is a member "P:" followed by
+// its owner token, scored with its deadline in the server's milliseconds (TIME;
+// +inf for no expiry). The capacity is stored in the same set, as the reserved
+// member "C:" followed by the capacity, scored -1 so pruning (scores 0 to now)
+// never touches it. Keeping the capacity in the set rather than in a second key
+// or a hash keeps every operation a one-key script (one Cluster slot, no hash
+// tag needed), lets the key's expiry cover both (the key expires with its
+// latest permit, and is deleted when its last permit goes, capacity with it),
+// and keeps pruning a range removal by score. Every script prunes expired
+// permits first, atomically with what it then reads, so abandoned capacity
+// comes back without a clean-up worker. Every contender of a key must use the
+// same capacity: while any permit is live, another capacity is
+// [ErrCapacityMismatch] with nothing written; once every permit is released or
+// expired a new capacity is taken. A lower capacity therefore never revokes a
+// permit. Use the key for nothing else; a key of another type is
+// [ErrWrongType].
+//
+// Each script asks for effects replication first (redis.replicate_commands
+// where it exists), so a Redis 5 or 6 server with lua-replicate-commands off
+// would replicate the writes a script makes after reading TIME rather than
+// the script. Every build this project tests (Redis 7.0, 8.0, 8.6; Valkey 8.1,
+// 9.1) replicates effects only, where the call is a no-op: none of them
+// exercises the path where it matters.
+//
+// The failure rules:
+//   - VerifyStillHeld is a point-in-time check. A failed or cancelled one
+//     returns its error and leaves the permit held: retry it. It prunes, so it
+//     runs on the primary and needs write permission for the key.
+//   - Renew: a context that ends while it waits for another operation of the
+//     permit changes nothing. Once sent, a failed or cancelled renewal
+//     surrenders the permit ([Permit.Surrendered]; RemainingEstimate 0; later
+//     renewals false without I/O): it may still run on the server, and an error
+//     reply does not undo the writes before it, so its lifetime there is
+//     unknown. Before the error is returned the permit is released by its owner
+//     token, bounded to about a second, then retried in the background. A late
+//     renewal never creates a released permit again (it only updates an
+//     existing member).
+//   - Release that fails or whose context ends sends one more owner-token
+//     release bounded to about a second before it returns the error. If that
+//     cannot confirm either, the error matches [ErrUncertain] and the permit
+//     fails closed: keep it only to retry Release.
+//   - Close never fails and waits about a second at most; a release not
+//     confirmed by then is retried in the background with capped, jittered
+//     back-off (50ms doubling to 5s) for up to a minute.
+//
+// An acquisition runs on a dedicated connection. When its outcome is uncertain
+// (its context ended, its reply was lost) it is never replayed nor returned as
+// acquired: in the background its connection is fenced with CLIENT KILL, so a
+// delayed acquisition cannot recreate a permit after its release, and then the
+// permit is released by its owner token, each retried for up to a minute. A
+// fence that never succeeds sends no release: an expiring permit then ends at
+// its deadline, a permit without expiry stays. An error reply to an acquisition
+// (other than a capacity mismatch; a refusal of EVALSHA itself, which ran
+// nothing, excepted), such as an ACL refusing a command partway through the
+// script, is followed by an owner-token release before it is returned.
+// Background clean-up that gives up increments prim.cleanup.abandoned
+// (attributes primitive, stage "fence" or "release", reason "no-permission",
+// "refused", "unreachable" or "error") and logs a warning through the
+// Coordinator's logger.
+//
+// Prefer a finite expiry. A permit without expiry has no server-side fallback:
+// if its holder crashes, or clean-up cannot reach the server within the
+// minute, it holds its share of the capacity, and blocks a capacity change,
+// until it is removed. To recover, stop every holder and delete the key, or
+// remove the stale "P:" members of its sorted set (ZREM). Asynchronous
+// failover can roll permits back, and as deadlines are absolute server times
+// a promoted replica with a skewed clock expires permits early or late.
+//
+// ACL permissions: CLIENT INFO and CLIENT KILL (the dedicated acquisition
+// connection and its fence), EVALSHA and EVAL, and in the scripts TYPE, TIME,
+// ZREMRANGEBYSCORE, ZSCORE, ZRANGEBYSCORE, ZRANGE, ZCARD, ZADD, ZREM, PEXPIREAT,
+// PERSIST and DEL.
+//
 // # Uncertain outcomes
 //
 // A timeout, cancellation or disconnect after a command was sent leaves its

@@ -193,3 +193,27 @@ func ExampleRateLimiters_TokenBucket() {
 	// false true
 	// true
 }
+
+func ExampleSemaphore_TryAcquire() {
+	ctx := context.Background()
+	c := prim.New(exampleClient)
+	sem := c.Semaphore("{batch:42}:permits", 4) // no I/O
+	p, err := sem.TryAcquire(ctx, 30*time.Second)
+	if errors.Is(err, prim.ErrNotAcquired) {
+		fmt.Println("all 4 permits are taken; retry later")
+		return
+	}
+	if err != nil {
+		fmt.Println("error:", err)
+		return
+	}
+	defer p.Close()
+	// Run the work while holding the permit; stop when p.Done() is closed.
+	_, err = c.Semaphore("{batch:42}:permits", 8).TryAcquire(ctx, 30*time.Second)
+	fmt.Println(errors.Is(err, prim.ErrCapacityMismatch))
+	res, _ := p.Release(ctx)
+	fmt.Println(res)
+	// Output:
+	// true
+	// Released
+}
