@@ -1,7 +1,7 @@
 // Package prim provides coordination primitives on Redis and Valkey, built to
 // be exactly as safe as they claim and no safer-sounding: fencing-token locks,
-// waiting acquisition on invalidations, and named hash-field leases today;
-// semaphores, latches, read-write leases, Redlock and rate limiters as they land.
+// waiting acquisition on invalidations, named hash-field leases and read-write
+// leases today; semaphores, latches, Redlock and rate limiters as they land.
 //
 // # Coordinator
 //
@@ -156,6 +156,27 @@
 // (HSETEX on Redis 8.0+ and Valkey 9+; on Redis 7.4 HSET then HPEXPIRE, the
 // field removed again if HPEXPIRE is refused), so no path leaves a lease without
 // expiry. On Cluster the dedicated connection follows MOVED and ASK.
+//
+// # Read-write leases
+//
+// [Coordinator.TryAcquireReadLock] and [Coordinator.TryAcquireWriteLock] take
+// a shared or exclusive [RWLease] on one sorted-set key: each member is an
+// owner ("r:" or "w:" and a random owner token), scored with its deadline in
+// the server's clock. One script removes expired owners, checks for
+// incompatible live owners (any writer, for a reader; any owner, for a writer),
+// adds the owner and sets the key to expire at its latest owner deadline.
+// Acquisition is immediate: no queue, no polling, no fairness. Readers keep
+// being admitted while any reader is live, so overlapping readers can starve a
+// writer: retry writes with a bounded backoff (see the example of
+// TryAcquireWriteLock). A failed or uncertain renewal marks the handle lost; a
+// failed or cancelled verification leaves it as it was, so Release still
+// removes the entry; Close is best-effort and ignores failures — an entry it
+// could not remove blocks incompatible owners until it expires. An
+// acquisition whose outcome is uncertain (or whose reply came after the lease
+// duration) is never replayed: its dedicated connection is fenced with CLIENT
+// KILL and the entry released owner-checked. One key, one slot: Cluster needs
+// no hash tags. Asynchronous failover can restore older owner sets: this is
+// not consensus.
 //
 // # Uncertain outcomes
 //
