@@ -172,9 +172,10 @@
 // failed or cancelled verification leaves it as it was, so Release still
 // removes the entry; Close is best-effort and ignores failures — an entry it
 // could not remove blocks incompatible owners until it expires. An
-// acquisition whose outcome is uncertain (or whose reply came after the lease
-// duration) is never replayed: its dedicated connection is fenced with CLIENT
-// KILL and the entry released owner-checked. One key, one slot: Cluster needs
+// acquisition is one round trip; one whose outcome is uncertain (or whose
+// reply came after the lease duration) is never replayed: the entry is
+// released owner-checked once the late reply says it was taken, or the reply
+// is lost (else it expires after its duration). One key, one slot: Cluster needs
 // no hash tags. Asynchronous failover can restore older owner sets: this is
 // not consensus.
 //

@@ -75,11 +75,13 @@ func (l *RWLease) Close() error {
 // anything is sent; a key of another type fails with ErrWrongType, nothing
 // written.
 //
-// The acquisition runs once, on a dedicated connection, never resent. If its
-// outcome is uncertain (cancellation, timeout, a lost reply) the error matches
-// ErrUncertain, and in the background the connection is fenced with CLIENT
-// KILL ID and the entry released owner-checked; if that clean-up cannot reach
-// the server the entry expires after ttl. A reply that arrives after the local
+// The acquisition is one script, one round trip, never resent (not even by
+// go-redis after a lost reply). If its outcome is uncertain (cancellation,
+// timeout, a lost reply) the error matches ErrUncertain and the lease is not
+// returned: when the late reply says it was acquired, or when the reply is
+// lost, the entry is released owner-checked in the background; a release
+// that cannot reach the server, or that runs before a delayed acquisition,
+// leaves the entry to expire after ttl. A reply that arrives after the local
 // estimate ran out is not returned as acquired either: its entry is released.
 //
 // Asynchronous failover can restore older lease state: this primitive does not
@@ -116,39 +118,39 @@ func (c *Coordinator) tryRW(ctx context.Context, key string, ttl time.Duration, 
 	l := &RWLease{write: write}
 	sent := time.Now()
 	l.handle = newHandle(c, kind, k, any(member), nil, sent.Add(ttl), rwScripts)
+	// One round trip on the caller's client, never resent (resends off): a
+	// resend after a lost reply could not tell its own entry from a fresh one.
+	// An outcome learnt too late, or never, is settled in the background by an
+	// owner-checked release.
 	settle := func(a leaseAttempt) {
-		l.op <- struct{}{}
-		l.settleUncertain(a.fc)
-		l.end()
+		if a.err == nil {
+			if status, _, err := parsePair(a.res); err != nil || status != 1 {
+				return // answered: not acquired, nothing to release
+			}
+		} else if !uncertain(a.err) {
+			return // the server's answer, or never sent
+		}
+		c.releaseUnreturned(k, member, nil, rwScripts)
 	}
 	a, cerr := bounded(ctx, func(ctx context.Context) leaseAttempt {
-		fc, cmd, err := c.fences.run(ctx, k, scriptRWAcquire, []string{k}, l.owner, ttl.Milliseconds())
-		if err != nil {
-			return leaseAttempt{err: err}
-		}
-		res, err := cmd.Slice()
-		return leaseAttempt{fc: fc, res: res, err: err}
+		res, err := evalScript(ctx, c.client, scriptRWAcquire, false, []string{k}, l.owner, ttl.Milliseconds()).Slice()
+		return leaseAttempt{res: res, err: err}
 	}, settle)
-	if cerr == nil && a.err != nil && a.fc != nil && uncertain(a.err) {
+	if cerr == nil && a.err != nil && uncertain(a.err) {
 		cerr = a.err
 		go settle(a)
 	}
 	if cerr != nil {
 		c.m.add(ctx, c.m.uncertain, kind, "acquire")
-		c.logger.WarnContext(ctx, "prim: read-write lease acquisition outcome uncertain; fencing it and releasing owner-checked",
+		c.logger.WarnContext(ctx, "prim: read-write lease acquisition outcome uncertain; not returned, released owner-checked once known",
 			"key", k, "write", write, "err", cerr)
 		return nil, fmt.Errorf("%w: acquiring %s lease %q: %w", ErrUncertain, kind, k, cerr)
 	}
-	if a.fc != nil {
-		c.fences.put(a.fc)
-	}
 	if a.err != nil {
 		c.m.add(ctx, c.m.acquire, kind, "error")
-		if a.fc != nil {
-			// An error reply after the script may have written (a refusal
-			// part-way through): release owner-checked.
-			go c.releaseUnreturned(k, member, nil, rwScripts)
-		}
+		// An error reply part-way through the script can follow its writes
+		// (Lua does not roll them back): release owner-checked.
+		go c.releaseUnreturned(k, member, nil, rwScripts)
 		return nil, fmt.Errorf("prim: acquire %s lease %q: %w", kind, k, serverError(a.err))
 	}
 	status, val, perr := parsePair(a.res)

@@ -391,6 +391,27 @@ func TestRWLeaseFaults(t *testing.T) {
 			})
 		}
 
+		t.Run("reply after the local estimate", func(t *testing.T) {
+			heal(t)
+			before := cmdCalls(ctx, e.admin, "evalsha", "eval")
+			if err := link.Latency(200*time.Millisecond, 0); err != nil {
+				t.Fatal(err)
+			}
+			// No deadline: the reply comes, but after the 150ms lease's estimate.
+			l, err := co.TryAcquireWriteLock(context.Background(), key, 150*time.Millisecond)
+			if l != nil || !errors.Is(err, prim.ErrUncertain) {
+				t.Fatalf("got %v, %v; want no lease and ErrUncertain", l, err)
+			}
+			// Its entry is released owner-checked: a second script, never a resend.
+			if !eventually(10*time.Second, func() bool { return cmdCalls(ctx, e.admin, "evalsha", "eval")-before >= 2 }) {
+				t.Fatal("no owner-checked release after the late reply")
+			}
+			time.Sleep(200 * time.Millisecond)
+			if n := cmdCalls(ctx, e.admin, "evalsha", "eval") - before; n != 2 {
+				t.Fatalf("%d scripts ran, want 2 (the acquisition once and its release)", n)
+			}
+		})
+
 		t.Run("clean-up leaves other owners", func(t *testing.T) {
 			heal(t)
 			other, err := co.TryAcquireReadLock(ctx, key, 30*time.Second)

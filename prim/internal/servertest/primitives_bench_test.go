@@ -1,0 +1,115 @@
+package servertest_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordtorture/coordtorture/prim"
+)
+
+// primitiveOp is one measured operation of a primitive on one client: per
+// goroutine, setup returns the op (keys made once, outside the loop).
+type primitiveOp struct {
+	name  string
+	setup func(b *testing.B, c *redis.Client, key string) func() error
+}
+
+// setnxPair is the baseline every pair is compared with: SET NX PX of a
+// random owner token, then a compare-and-delete script (bench_test.go).
+func setnxPair(ctx context.Context) primitiveOp {
+	return primitiveOp{"setnx+script", func(b *testing.B, c *redis.Client, key string) func() error {
+		return func() error {
+			owner := randomOwner()
+			if err := c.SetNX(ctx, key, owner, 10*time.Second).Err(); err != nil {
+				return err
+			}
+			return casDelete.Run(ctx, c, []string{key}, owner).Err()
+		}
+	}}
+}
+
+func rwPair(ctx context.Context, write bool) primitiveOp {
+	name := "rw-read"
+	if write {
+		name = "rw-write"
+	}
+	return primitiveOp{name, func(b *testing.B, c *redis.Client, key string) func() error {
+		co := prim.New(c)
+		acq := co.TryAcquireReadLock
+		if write {
+			acq = co.TryAcquireWriteLock
+		}
+		return func() error {
+			l, err := acq(ctx, key, 10*time.Second)
+			if err != nil {
+				return err
+			}
+			_, err = l.Release(ctx)
+			return err
+		}
+	}}
+}
+
+// runPrimitiveOps runs every op serially and with 32 goroutines (each on a
+// key of its own), reporting the server's cost per op beside the time.
+func runPrimitiveOps(b *testing.B, ops []primitiveOp) {
+	topo, err := server(benchBuild())
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	admin := topo.Nodes()[0].Admin()
+	for _, op := range ops {
+		b.Run(op.name+"/serial", func(b *testing.B) {
+			c := direct(b, topo, 1)
+			f := op.setup(b, c, fmt.Sprintf("bench:%s:serial:%d", op.name, time.Now().UnixNano()))
+			if err := f(); err != nil { // loads the scripts
+				b.Fatal(err)
+			}
+			before := readServerCost(ctx, admin)
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := f(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			readServerCost(ctx, admin).sub(before).report(b)
+		})
+		b.Run(op.name+"/parallel32", func(b *testing.B) {
+			c := direct(b, topo, 32)
+			var seq atomic.Int64
+			run := time.Now().UnixNano()
+			if err := op.setup(b, c, fmt.Sprintf("bench:%s:par:%d:warm", op.name, run))(); err != nil {
+				b.Fatal(err)
+			}
+			before := readServerCost(ctx, admin)
+			b.SetParallelism(max(1, 32/runtime.GOMAXPROCS(0)))
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				f := op.setup(b, c, fmt.Sprintf("bench:%s:par:%d:%d", op.name, run, seq.Add(1)))
+				for pb.Next() {
+					if err := f(); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			readServerCost(ctx, admin).sub(before).report(b)
+		})
+	}
+}
+
+// BenchmarkPrimitives: acquire+release pairs of a read lease and of a write
+// lease, beside the SET NX PX baseline, at 1 and 32 goroutines on one server.
+func BenchmarkPrimitives(b *testing.B) {
+	ctx := context.Background()
+	runPrimitiveOps(b, []primitiveOp{rwPair(ctx, false), rwPair(ctx, true), setnxPair(ctx)})
+}
