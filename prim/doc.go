@@ -1,7 +1,8 @@
 // Package prim provides coordination primitives on Redis and Valkey, built to
 // be exactly as safe as they claim and no safer-sounding: fencing-token locks,
-// waiting acquisition on invalidations, named hash-field leases and read-write
-// leases today; semaphores, latches, Redlock and rate limiters as they land.
+// waiting acquisition on invalidations, named hash-field leases, read-write
+// leases and countdown latches today; semaphores, Redlock and rate limiters as
+// they land.
 //
 // # Coordinator
 //
@@ -178,6 +179,24 @@
 // is lost (else it expires after its duration). One key, one slot: Cluster needs
 // no hash tags. Asynchronous failover can restore older owner sets: this is
 // not consensus.
+//
+// # Countdown latches
+//
+// [Coordinator.CreateCountdownLatch] starts a latch generation (a hash key
+// holding a unique generation id and a count ≥ 0; [ErrLatchExists] if one is
+// there), [Coordinator.JoinCountdownLatch] joins the current one
+// ([ErrNotFound] when none exists) and [Coordinator.ResetCountdownLatch]
+// creates or replaces it with a new generation. [CountdownLatch.CountDown]
+// decrements atomically and returns what remains; against a replaced (or
+// deleted) generation it returns -1 and writes nothing, and against a
+// completed one it fails with [ErrLatchCompleted], never going below zero. A
+// signal is sent once; if its reply is lost it is [ErrUncertain] (it may have
+// counted). [CountdownLatch.Wait] registers for the key's invalidations before
+// every read, re-reads after each notification and every few seconds without
+// one, and returns true at zero, false once the generation is replaced or the
+// key deleted; a notification lost across a reconnect only delays it, and
+// cancellation leaves the count alone. prim sets no expiry on the key: its
+// lifetime is the caller's.
 //
 // # Uncertain outcomes
 //

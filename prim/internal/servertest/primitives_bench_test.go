@@ -56,6 +56,21 @@ func rwPair(ctx context.Context, write bool) primitiveOp {
 	}}
 }
 
+// countDown is one signal of a latch generation with a count that never runs
+// out during the benchmark.
+func countDown(ctx context.Context) primitiveOp {
+	return primitiveOp{"count-down", func(b *testing.B, c *redis.Client, key string) func() error {
+		l, err := prim.New(c).ResetCountdownLatch(ctx, key, 1<<60)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return func() error {
+			_, err := l.CountDown(ctx)
+			return err
+		}
+	}}
+}
+
 // runPrimitiveOps runs every op serially and with 32 goroutines (each on a
 // key of its own), reporting the server's cost per op beside the time.
 func runPrimitiveOps(b *testing.B, ops []primitiveOp) {
@@ -108,8 +123,10 @@ func runPrimitiveOps(b *testing.B, ops []primitiveOp) {
 }
 
 // BenchmarkPrimitives: acquire+release pairs of a read lease and of a write
-// lease, beside the SET NX PX baseline, at 1 and 32 goroutines on one server.
+// lease, and single count-down signals, beside the SET NX PX baseline pair, at
+// 1 and 32 goroutines on one server. Every operation is one round trip (a pair
+// two).
 func BenchmarkPrimitives(b *testing.B) {
 	ctx := context.Background()
-	runPrimitiveOps(b, []primitiveOp{rwPair(ctx, false), rwPair(ctx, true), setnxPair(ctx)})
+	runPrimitiveOps(b, []primitiveOp{rwPair(ctx, false), rwPair(ctx, true), countDown(ctx), setnxPair(ctx)})
 }
