@@ -334,6 +334,13 @@
 //   - TryAcquireLease and lease handles: CLIENT INFO and CLIENT KILL (fencing
 //     uncertain acquisitions and renewals), EVALSHA/EVAL running HPTTL, PTTL,
 //     HSETEX (or HSET and HPEXPIRE), HGET and HDEL.
+//   - TryAcquireReadLock, TryAcquireWriteLock and their handles: EVALSHA/EVAL
+//     running TIME, TYPE, ZREMRANGEBYSCORE, ZCARD, ZRANGE, ZADD, ZSCORE, ZREM
+//     and PEXPIREAT; renewal, like every renewal, CLIENT INFO and CLIENT KILL.
+//   - Countdown latches: EVALSHA/EVAL running TYPE, HGET, HSET, HMGET and
+//     HINCRBY; HMGET for Join and Count; Wait, as waiting acquisitions do,
+//     CLIENT ID, CLIENT TRACKING, SUBSCRIBE to __redis__:invalidate and PING
+//     (without them it re-reads every 250ms).
 //
 // Scripts are loaded on first use: EVALSHA, then EVAL on a definitive NOSCRIPT
 // reply. All scripts work on Redis 7.0+ and Valkey 8+.

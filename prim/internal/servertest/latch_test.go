@@ -383,3 +383,55 @@ func TestLatchCluster(t *testing.T) {
 		})
 	}
 }
+
+// TestLatchLostReplies: with go-redis's default options, a create whose reply
+// is lost is resent and answers the true outcome (its own generation), and a
+// signal whose reply is lost is never resent: ErrUncertain, counted once.
+func TestLatchLostReplies(t *testing.T) {
+	forEachBuild(t, func(t *testing.T, e *env) {
+		ctx := ctxT(t, time.Minute)
+		c, cut := defaultClient(t, e)
+		link, err := e.topo.Link(e.peer, "n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { link.Heal() })
+		co := prim.New(c)
+		key := e.k("{lr}")
+		e.admin.Del(ctx, key)
+		// Load the scripts: with replies lost a NOSCRIPT would never come back.
+		warm, err := co.ResetCountdownLatch(ctx, e.k("{lr}:warm"), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		warm.CountDown(ctx)
+		before := cmdCalls(ctx, e.admin, "evalsha", "eval")
+		loseOneReply(t, cut, link)
+		l, err := co.CreateCountdownLatch(ctx, key, 3)
+		if err != nil {
+			t.Fatalf("create with its first reply lost: %v, want the latch (the resend finds its own generation)", err)
+		}
+		if n := cmdCalls(ctx, e.admin, "evalsha", "eval") - before; n != 2 {
+			t.Fatalf("%d scripts ran, want 2 (the create and go-redis's resend)", n)
+		}
+		if g := e.admin.HGet(ctx, key, "gen").Val(); g != l.Generation() {
+			t.Fatalf("generation %q on the server, %q returned", g, l.Generation())
+		}
+		before = cmdCalls(ctx, e.admin, "evalsha", "eval")
+		loseOneReply(t, cut, link)
+		n, err := l.CountDown(ctx)
+		if !errors.Is(err, prim.ErrUncertain) {
+			t.Fatalf("signal with its reply lost: %v %v, want ErrUncertain", n, err)
+		}
+		if !eventually(5*time.Second, func() bool { return e.admin.HGet(ctx, key, "count").Val() == "2" }) {
+			t.Fatalf("count %q, want 2: the signal ran once", e.admin.HGet(ctx, key, "count").Val())
+		}
+		time.Sleep(200 * time.Millisecond)
+		if n := cmdCalls(ctx, e.admin, "evalsha", "eval") - before; n != 1 {
+			t.Fatalf("%d scripts ran, want 1: a signal is never resent", n)
+		}
+		if v := e.admin.HGet(ctx, key, "count").Val(); v != "2" {
+			t.Fatalf("count %q, want 2", v)
+		}
+	})
+}
