@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -129,4 +130,70 @@ func runPrimitiveOps(b *testing.B, ops []primitiveOp) {
 func BenchmarkPrimitives(b *testing.B) {
 	ctx := context.Background()
 	runPrimitiveOps(b, []primitiveOp{rwPair(ctx, false), rwPair(ctx, true), countDown(ctx), setnxPair(ctx)})
+}
+
+// BenchmarkPrimitivesRatio runs the operations of BenchmarkPrimitives in short
+// alternating blocks within one benchmark, so load drifts of the machine hit
+// all of them alike, and reports each one's time per operation and its time
+// relative to the SET NX PX baseline pair (its time / baseline time; below 1.0
+// it is cheaper than the pair). One iteration is one block of each: 200
+// operations serially, or 32 goroutines × 25. Use e.g. -benchtime=30x.
+func BenchmarkPrimitivesRatio(b *testing.B) {
+	topo, err := server(benchBuild())
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	ops := []primitiveOp{rwPair(ctx, false), rwPair(ctx, true), countDown(ctx), setnxPair(ctx)}
+	for _, mode := range []struct {
+		name       string
+		procs, per int
+	}{{"serial", 1, 200}, {"parallel32", 32, 25}} {
+		b.Run(mode.name, func(b *testing.B) {
+			run := time.Now().UnixNano()
+			fs := make([][]func() error, len(ops))
+			for i, op := range ops {
+				c := direct(b, topo, mode.procs)
+				for g := range mode.procs {
+					f := op.setup(b, c, fmt.Sprintf("bench:pratio:%s:%s:%d:%d", mode.name, op.name, run, g))
+					if err := f(); err != nil {
+						b.Fatal(err)
+					}
+					fs[i] = append(fs[i], f)
+				}
+			}
+			spent := make([]time.Duration, len(ops))
+			k := 0
+			for b.Loop() {
+				for j := range ops {
+					i := (j + k) % len(ops) // rotate the order each iteration
+					start := time.Now()
+					var wg sync.WaitGroup
+					for _, f := range fs[i] {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							for range mode.per {
+								if err := f(); err != nil {
+									b.Error(err)
+									return
+								}
+							}
+						}()
+					}
+					wg.Wait()
+					spent[i] += time.Since(start)
+				}
+				k++
+			}
+			n := float64(b.N * mode.procs * mode.per)
+			base := spent[len(ops)-1]
+			for i, op := range ops {
+				b.ReportMetric(float64(spent[i].Nanoseconds())/n/1e3, op.name+"-µs/op")
+				if i != len(ops)-1 {
+					b.ReportMetric(spent[i].Seconds()/base.Seconds(), op.name+"/baseline")
+				}
+			}
+		})
+	}
 }
