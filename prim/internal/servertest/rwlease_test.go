@@ -391,6 +391,32 @@ func TestRWLeaseFaults(t *testing.T) {
 			})
 		}
 
+		t.Run("cancelled after the server accepted", func(t *testing.T) {
+			heal(t)
+			before := cmdCalls(ctx, e.admin, "evalsha", "eval")
+			if err := link.Latency(200*time.Millisecond, 0); err != nil {
+				t.Fatal(err)
+			}
+			// The script runs ~200ms after sending; the caller gives up at 100ms.
+			actx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			l, err := co.TryAcquireReadLock(actx, key, 30*time.Second)
+			cancel()
+			if l != nil || !errors.Is(err, prim.ErrUncertain) {
+				t.Fatalf("got %v, %v; want no lease and ErrUncertain", l, err)
+			}
+			if !eventually(5*time.Second, func() bool { return e.admin.ZCard(ctx, key).Val() == 1 }) {
+				t.Fatal("the acquisition did not run")
+			}
+			// Its accepted reply comes back late: the entry is released
+			// owner-checked, long before its 30s lease would end.
+			if !eventually(10*time.Second, func() bool { return e.admin.Exists(ctx, key).Val() == 0 }) {
+				t.Fatal("the accepted, unreturned entry was not released")
+			}
+			if n := cmdCalls(ctx, e.admin, "evalsha", "eval") - before; n != 2 {
+				t.Fatalf("%d scripts ran, want 2 (the acquisition once and its release)", n)
+			}
+		})
+
 		t.Run("reply after the local estimate", func(t *testing.T) {
 			heal(t)
 			before := cmdCalls(ctx, e.admin, "evalsha", "eval")
