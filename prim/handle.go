@@ -288,7 +288,8 @@ type renewResult struct {
 //	                       or a definite server refusal (ErrServerRefused …)
 //
 // A hash-field lease asks Redis even after the local estimate ran out, so it
-// can still renew a field that outlived the estimate.
+// can still renew a field that outlived the estimate. A read-write lease asks
+// Redis too, and any failed or uncertain renewal marks it lost (StateLost).
 //
 // The renewal runs on a dedicated connection and returns by ctx's deadline
 // whatever the client's options. If its outcome is uncertain the handle fails
