@@ -296,7 +296,7 @@ func TestRWLeaseHandleRules(t *testing.T) {
 				t.Fatalf("renewal out of memory: %v %v, want false and the server's refusal", ok, err)
 			}
 			if !errors.Is(err, prim.ErrOutOfMemory) {
-				t.Logf("renewal error (not typed out-of-memory): %v", err)
+				t.Fatalf("renewal error %v, want ErrOutOfMemory", err)
 			}
 			if s := r.State(); s != prim.StateLost || r.RemainingEstimate() != 0 {
 				t.Fatalf("state %v estimate %v after a failed renewal, want lost and 0", s, r.RemainingEstimate())
