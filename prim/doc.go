@@ -1,7 +1,8 @@
 // Package prim provides coordination primitives on Redis and Valkey, built to
 // be exactly as safe as they claim and no safer-sounding: fencing-token locks,
-// waiting acquisition on invalidations, and named hash-field leases today;
-// semaphores, latches, read-write leases, Redlock and rate limiters as they land.
+// waiting acquisition on invalidations, named hash-field leases, read-write
+// leases and countdown latches today; semaphores, Redlock and rate limiters as
+// they land.
 //
 // # Coordinator
 //
@@ -311,6 +312,46 @@
 // ZREMRANGEBYSCORE, ZSCORE, ZRANGEBYSCORE, ZRANGE, ZCARD, ZADD, ZREM, PEXPIREAT,
 // PERSIST and DEL.
 //
+// # Read-write leases
+//
+// [Coordinator.TryAcquireReadLock] and [Coordinator.TryAcquireWriteLock] take
+// a shared or exclusive [RWLease] on one sorted-set key: each member is an
+// owner ("r:" or "w:" and a random owner token), scored with its deadline in
+// the server's clock. One script removes expired owners, checks for
+// incompatible live owners (any writer, for a reader; any owner, for a writer),
+// adds the owner and sets the key to expire at its latest owner deadline.
+// Acquisition is immediate: no queue, no polling, no fairness. Readers keep
+// being admitted while any reader is live, so overlapping readers can starve a
+// writer: retry writes with a bounded backoff (see the example of
+// TryAcquireWriteLock). A failed or uncertain renewal marks the handle lost; a
+// failed or cancelled verification leaves it as it was, so Release still
+// removes the entry; Close is best-effort and ignores failures — an entry it
+// could not remove blocks incompatible owners until it expires. An
+// acquisition is one round trip; one whose outcome is uncertain (or whose
+// reply came after the lease duration) is never replayed: the entry is
+// released owner-checked once the late reply says it was taken, or the reply
+// is lost (else it expires after its duration). One key, one slot: Cluster needs
+// no hash tags. Asynchronous failover can restore older owner sets: this is
+// not consensus.
+//
+// # Countdown latches
+//
+// [Coordinator.CreateCountdownLatch] starts a latch generation (a hash key
+// holding a unique generation id and a count ≥ 0; [ErrLatchExists] if one is
+// there), [Coordinator.JoinCountdownLatch] joins the current one
+// ([ErrNotFound] when none exists) and [Coordinator.ResetCountdownLatch]
+// creates or replaces it with a new generation. [CountdownLatch.CountDown]
+// decrements atomically and returns what remains; against a replaced (or
+// deleted) generation it returns -1 and writes nothing, and against a
+// completed one it fails with [ErrLatchCompleted], never going below zero. A
+// signal is sent once; if its reply is lost it is [ErrUncertain] (it may have
+// counted). [CountdownLatch.Wait] registers for the key's invalidations before
+// every read, re-reads after each notification and every few seconds without
+// one, and returns true at zero, false once the generation is replaced or the
+// key deleted; a notification lost across a reconnect only delays it, and
+// cancellation leaves the count alone. prim sets no expiry on the key: its
+// lifetime is the caller's.
+//
 // # Uncertain outcomes
 //
 // A timeout, cancellation or disconnect after a command was sent leaves its
@@ -447,6 +488,13 @@
 //   - TryAcquireLease and lease handles: CLIENT INFO and CLIENT KILL (fencing
 //     uncertain acquisitions and renewals), EVALSHA/EVAL running HPTTL, PTTL,
 //     HSETEX (or HSET and HPEXPIRE), HGET and HDEL.
+//   - TryAcquireReadLock, TryAcquireWriteLock and their handles: EVALSHA/EVAL
+//     running TIME, TYPE, ZREMRANGEBYSCORE, ZCARD, ZRANGE, ZADD, ZSCORE, ZREM
+//     and PEXPIREAT; renewal, like every renewal, CLIENT INFO and CLIENT KILL.
+//   - Countdown latches: EVALSHA/EVAL running TYPE, HGET, HSET, HMGET and
+//     HINCRBY; HMGET for Join and Count; Wait, as waiting acquisitions do,
+//     CLIENT ID, CLIENT TRACKING, SUBSCRIBE to __redis__:invalidate and PING
+//     (without them it re-reads every 250ms).
 //
 // Scripts are loaded on first use: EVALSHA, then EVAL on a definitive NOSCRIPT
 // reply. All scripts work on Redis 7.0+ and Valkey 8+.

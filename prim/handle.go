@@ -72,6 +72,10 @@ type leaseScripts struct {
 	// one-command forms (DELEX … IFEQ, SET … IFEQ … PX) where the node has
 	// them. A hash-field lease has none: no command compares a field's value.
 	plainKey bool
+	// renewFailureLoses: a renewal that fails (error reply) or is uncertain
+	// marks the handle lost rather than leaving it unchanged or uncertain
+	// (read-write leases).
+	renewFailureLoses bool
 }
 
 var fencedScripts = &leaseScripts{renew: scriptLeaseRenew, verify: scriptLeaseVerify, release: scriptLeaseRelease,
@@ -227,6 +231,21 @@ func (h *handle) failClosed() {
 	h.mu.Unlock()
 }
 
+// renewFailed marks the handle lost after a failed or uncertain renewal, for
+// the leases whose rules say so (renewFailureLoses); a later definite answer
+// (a background release that completed) is kept.
+func (h *handle) renewFailed() {
+	if !h.script.renewFailureLoses {
+		return
+	}
+	h.mu.Lock()
+	if h.state == stateHeld || h.state == stateUncertain {
+		h.state = stateLost
+		h.endLocked()
+	}
+	h.mu.Unlock()
+}
+
 func (h *handle) getState() lockState {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -269,7 +288,8 @@ type renewResult struct {
 //	                       or a definite server refusal (ErrServerRefused …)
 //
 // A hash-field lease asks Redis even after the local estimate ran out, so it
-// can still renew a field that outlived the estimate.
+// can still renew a field that outlived the estimate. A read-write lease asks
+// Redis too, and any failed or uncertain renewal marks it lost (StateLost).
 //
 // The renewal runs on a dedicated connection and returns by ctx's deadline
 // whatever the client's options. If its outcome is uncertain the handle fails
@@ -310,11 +330,13 @@ func (h *handle) Renew(ctx context.Context, ttl time.Duration) (bool, error) {
 	}, settle)
 	if cerr != nil {
 		h.uncertain(ctx, "renew", cerr)
+		h.renewFailed()
 		return false, fmt.Errorf("%w: renewing %q: %w", ErrUncertain, h.key, cerr)
 	}
 	if r.err != nil {
 		if r.fc != nil && uncertain(r.err) {
 			h.uncertain(ctx, "renew", r.err)
+			h.renewFailed()
 			go settle(r)
 			return false, fmt.Errorf("%w: renewing %q: %w", ErrUncertain, h.key, r.err)
 		}
@@ -324,6 +346,7 @@ func (h *handle) Renew(ctx context.Context, ttl time.Duration) (bool, error) {
 			h.c.fences.put(r.fc)
 		}
 		h.c.m.add(ctx, h.c.m.renew, h.kind, "error")
+		h.renewFailed()
 		return false, fmt.Errorf("prim: renew %q: %w", h.key, serverError(r.err))
 	}
 	defer h.end()
