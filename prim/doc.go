@@ -1,8 +1,9 @@
 // Package prim provides coordination primitives on Redis and Valkey, built to
 // be exactly as safe as they claim and no safer-sounding: fencing-token locks,
 // waiting acquisition on invalidations, named hash-field leases, read-write
-// leases and countdown latches today; semaphores, Redlock and rate limiters as
-// they land.
+// leases, countdown latches, counting semaphores and fixed-window,
+// sliding-window and token-bucket rate limiters (with a net/http middleware in
+// package ratelimithttp); Redlock as it lands.
 //
 // # Coordinator
 //
