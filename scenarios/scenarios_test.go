@@ -284,11 +284,17 @@ func TestRegistryComplete(t *testing.T) {
 		"fenced-lock/failover-cluster-takeover", "fenced-lock/failover-cluster-force", "fenced-lock/promote-replica",
 		"fenced-lock/split-brain",
 	}
+	for _, algo := range []string{"fixed", "sliding", "bucket"} {
+		for _, fault := range []string{"baseline", "partition-client", "latency", "pause-primary", "kill-restart-noaof",
+			"failover-forced", "clock-skew", "clock-skew-back", "baseline-cluster"} {
+			want = append(want, "ratelimit/"+algo+"/"+fault)
+		}
+	}
 	have := map[string]bool{}
 	for _, s := range scenarios.All() {
 		have[s.Name] = true
 		family := s.Name[:strings.Index(s.Name, "/")]
-		if family != "fenced-lock" && family != "waiting-lock" && family != "hash-lease" {
+		if family != "fenced-lock" && family != "waiting-lock" && family != "hash-lease" && family != "ratelimit" {
 			t.Errorf("%s: family %q has no test that runs it", s.Name, family)
 		}
 		if s.Summary == "" || len(s.Properties) == 0 || s.Workload == nil {
@@ -300,7 +306,7 @@ func TestRegistryComplete(t *testing.T) {
 			t.Errorf("scenario %s is not registered", n)
 		}
 	}
-	if ss, err := scenarios.Match([]string{"*-cluster"}); err != nil || len(ss) != 6 {
+	if ss, err := scenarios.Match([]string{"*-cluster"}); err != nil || len(ss) != 9 {
 		t.Errorf("*-cluster matches %d scenarios, %v", len(ss), err)
 	}
 }
