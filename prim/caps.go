@@ -181,31 +181,6 @@ func (c *Coordinator) nodeName(ctx context.Context, key string) string {
 // nodeOf names the node of a dedicated connection's client, as nodeName does.
 func nodeOf(n *redis.Client) string { return n.Options().Addr }
 
-// increxProbe runs INCREX key BYINT by PX windowMs ENX on p where node is
-// recorded as having it: the fixed-window counter of the rate limiters. It
-// returns the counter's value after the increment and fast true; fast false
-// (and no error) means the node lacks INCREX (now or recorded within the last
-// five minutes) and nothing was written: the caller runs its script. Other
-// errors are the command's own (see run.go's outcome rules).
-func (c *Coordinator) increxProbe(ctx context.Context, p processor, node, key string, by, windowMs int64) (value int64, fast bool, err error) {
-	if !c.caps.use(node, capIncrex) {
-		return 0, false, nil
-	}
-	cmd := redis.NewSliceCmd(ctx, "increx", key, "byint", by, "px", windowMs, "enx")
-	_ = p.Process(ctx, noRetrySlice{cmd})
-	v, err := cmd.Result()
-	if err != nil {
-		if c.caps.learn(node, capIncrex, err) {
-			return 0, false, nil
-		}
-		return 0, false, err
-	}
-	if len(v) > 0 {
-		value, _ = v[0].(int64)
-	}
-	return value, true, nil
-}
-
 // noRetrySlice is a SliceCmd go-redis never resends once written.
 type noRetrySlice struct{ *redis.SliceCmd }
 

@@ -116,13 +116,20 @@ func (h *countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			if cmd.Name() == h.name {
+				h.n.Add(1)
+			}
+		}
+		return next(ctx, cmds)
+	}
 }
 
-// The INCREX probe of the rate limiters, on every build of the matrix: where
-// the server answers "unknown command" (every build so far: INCREX is Redis
-// 8.8+, Valkey 9.2+) it reports the fallback, writes nothing and is not sent
-// again for five minutes; where the server has it, it counts.
+// The INCREX probe of the fixed-window limiter, on every build of the
+// matrix: where the server answers "unknown command" (every build so far:
+// INCREX is Redis 8.8+, Valkey 9.2+) the same call runs the script, and INCREX
+// is not sent again for five minutes; where the server has it, it counts.
 func TestIncrexProbe(t *testing.T) {
 	defer knobs.AdvanceCapClock(0)()
 	for _, build := range localserver.Matrix() {
@@ -131,26 +138,35 @@ func TestIncrexProbe(t *testing.T) {
 			c, admin := standalone(t, build, nil)
 			h := &countHook{name: "increx"}
 			c.AddHook(h)
-			co := New(c)
-			v, fast, err := co.increxProbe(ctx, c, "n", "ctr", 1, 60000)
+			lim, err := New(c).RateLimiters().FixedWindow("ctr", 10, time.Minute)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if fast {
-				if v != 1 || admin.PTTL(ctx, "ctr").Val() <= 0 {
-					t.Fatalf("INCREX answered %d; the counter has PTTL %v", v, admin.PTTL(ctx, "ctr").Val())
+			allow := func() {
+				t.Helper()
+				if d, err := lim.Allow(ctx, 1); err != nil || !d.Allowed {
+					t.Fatalf("Allow: %+v, %v", d, err)
 				}
-				return
 			}
-			if admin.Exists(ctx, "ctr").Val() != 0 {
-				t.Fatal("the refused INCREX wrote")
+			allow()
+			if v := admin.Get(ctx, "ctr").Val(); v != "1" || admin.PTTL(ctx, "ctr").Val() <= 0 {
+				t.Fatalf("counter %q, PTTL %v after one grant", v, admin.PTTL(ctx, "ctr").Val())
 			}
-			if _, fast, _ := co.increxProbe(ctx, c, "n", "ctr", 1, 60000); fast || h.n.Load() != 1 {
-				t.Fatalf("INCREX sent %d times within five minutes of unknown command", h.n.Load())
+			if h.n.Load() != 1 {
+				t.Fatalf("INCREX sent %d times by the first decision", h.n.Load())
+			}
+			allow()
+			fast := admin.Do(ctx, "increx", "probe", "byint", 1).Err() == nil
+			if want := map[bool]int64{true: 2, false: 1}[fast]; h.n.Load() != want {
+				t.Fatalf("INCREX sent %d times within five minutes (server has it: %v)", h.n.Load(), fast)
 			}
 			knobs.AdvanceCapClock(reprobeAfter + time.Second)
-			if _, _, err := co.increxProbe(ctx, c, "n", "ctr", 1, 60000); err != nil || h.n.Load() != 2 {
-				t.Fatalf("INCREX sent %d times after five minutes (%v), want a second probe", h.n.Load(), err)
+			allow()
+			if want := map[bool]int64{true: 3, false: 2}[fast]; h.n.Load() != want {
+				t.Fatalf("INCREX sent %d times after five minutes, want a second probe", h.n.Load())
+			}
+			if v := admin.Get(ctx, "ctr").Val(); v != "3" {
+				t.Fatalf("counter %q after three grants", v)
 			}
 		})
 	}

@@ -49,6 +49,10 @@ type Decision struct {
 	// Reset is how long until the limiter is back to its full limit, as the
 	// server computed it; zero when nothing is consumed.
 	Reset time.Duration
+
+	// served: the decision carries a server reply (not a request over the
+	// limit, refused locally).
+	served bool
 }
 
 // LimiterStats are one limiter's local statistics.
@@ -273,14 +277,36 @@ type limiterState struct {
 
 func (s *limiterState) init() { s.available = -1; s.lastUsed = time.Now() }
 
-// Allow makes one atomic decision for n permits: granted permits are consumed
-// (there is no returning them). n == 0 reports availability and consumes
-// nothing; n larger than the limit is refused without RetryAfter and without
-// an error; negative n is ErrNegativePermits. If ctx ends or the connection
-// drops after the script was sent, the permits may have been consumed even
-// though the error says nothing was granted.
+// Allow makes one atomic decision for n permits on the server, with the
+// server's clock: granted permits are consumed (there is no returning them).
+//
+// n == 0 reports availability and consumes nothing (and creates no key):
+// Allowed reports that at least one permit is free, RetryAfter, when none is,
+// when one will be. n larger than the limit is refused without RetryAfter and
+// without an error (it can never succeed), and sends nothing; negative n is
+// ErrNegativePermits (matching ErrInvalidArgument), after Close
+// ErrLimiterClosed, both sending nothing.
+//
+// Uncertain outcomes: if ctx ends, or the connection drops, after the request
+// was sent, the error matches ErrUncertain and the permits may have been
+// consumed though nothing was reported granted. Allow returns by ctx's
+// deadline even when the client's timeouts are longer. A request whose reply
+// was lost is sent again as the client's MaxRetries allows (go-redis's
+// default: 3): a resend may consume the permits a second time, so lost
+// replies can only lower the grants below the limit, never raise them above
+// it. A server refusal (READONLY, OOM, NOPERM…) matches ErrServerRefused and
+// its class; a key of another type ErrWrongType; a malformed state
+// ErrLimiterState (nothing written in either case).
 func (l *Limiter) Allow(ctx context.Context, n int64) (Decision, error) {
-	return Decision{}, errors.New("prim: rate limiter not implemented yet")
+	if n < 0 {
+		return Decision{}, invalid(ErrNegativePermits, fmt.Sprint(n))
+	}
+	if l.isClosed() {
+		return Decision{}, ErrLimiterClosed
+	}
+	d, err := l.decide(ctx, n)
+	l.record(d, err)
+	return d, err
 }
 
 // Wait is Allow that queues: when the request is refused it waits in the

@@ -1,0 +1,470 @@
+package servertest_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/coordtorture/coordtorture/testbed"
+	"github.com/redis/go-redis/v9"
+
+	"testing"
+	"time"
+
+	"github.com/coordtorture/coordtorture/prim"
+)
+
+// ---- rate limiters: the decisions of the three algorithms ---------------------
+
+// limiterKind makes one algorithm's limiter of limit permits per window (the
+// bucket: limit tokens, refilled limit per window).
+type limiterKind struct {
+	name string
+	make func(f *prim.RateLimiters, key string, limit int64, window time.Duration) (*prim.Limiter, error)
+}
+
+var limiterKinds = []limiterKind{
+	{"fixed", func(f *prim.RateLimiters, key string, limit int64, window time.Duration) (*prim.Limiter, error) {
+		return f.FixedWindow(key, limit, window)
+	}},
+	{"sliding", func(f *prim.RateLimiters, key string, limit int64, window time.Duration) (*prim.Limiter, error) {
+		return f.SlidingWindow(key, limit, window, 10)
+	}},
+	{"bucket", func(f *prim.RateLimiters, key string, limit int64, window time.Duration) (*prim.Limiter, error) {
+		return f.TokenBucket(key, limit, limit, window)
+	}},
+}
+
+// forEachLimiter runs f for each algorithm on every build.
+func forEachLimiter(t *testing.T, f func(t *testing.T, e *env, k limiterKind)) {
+	forEachBuild(t, func(t *testing.T, e *env) {
+		for _, k := range limiterKinds {
+			t.Run(k.name, func(t *testing.T) { f(t, e, k) })
+		}
+	})
+}
+
+func mustLimiter(t *testing.T, k limiterKind, f *prim.RateLimiters, key string, limit int64, window time.Duration) *prim.Limiter {
+	t.Helper()
+	l, err := k.make(f, key, limit, window)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// The basic sequence: limit grants, then a refusal with a RetryAfter within
+// the window, Remaining counting down; n == 0 reports without consuming.
+func TestRateLimitSequence(t *testing.T) {
+	forEachLimiter(t, func(t *testing.T, e *env, k limiterKind) {
+		ctx := ctxT(t, time.Minute)
+		c, _ := e.client(t)
+		key := e.k(k.name + ":lim")
+		l := mustLimiter(t, k, prim.New(c).RateLimiters(), key, 5, 10*time.Second)
+		d, err := l.Allow(ctx, 0)
+		if err != nil || !d.Allowed || d.Remaining != 5 || d.HasRetryAfter {
+			t.Fatalf("n == 0 on a fresh key: %+v, %v", d, err)
+		}
+		if e.admin.Exists(ctx, key).Val() != 0 {
+			t.Fatal("n == 0 created the key")
+		}
+		for i := int64(1); i <= 5; i++ {
+			d, err := l.Allow(ctx, 1)
+			if err != nil || !d.Allowed || d.Remaining != 5-i || d.Limit != 5 {
+				t.Fatalf("grant %d: %+v, %v", i, d, err)
+			}
+			if d.Reset <= 0 || d.Reset > 11*time.Second { // sliding: up to a segment more
+				t.Fatalf("grant %d: Reset %v", i, d.Reset)
+			}
+		}
+		before := snapshot(ctx, e.admin, key)
+		for _, n := range []int64{1, 0} {
+			d, err = l.Allow(ctx, n)
+			if err != nil || d.Allowed || d.Remaining != 0 || !d.HasRetryAfter || d.RetryAfter <= 0 || d.RetryAfter > 11*time.Second+time.Millisecond {
+				t.Fatalf("n=%d past the limit: %+v, %v", n, d, err)
+			}
+		}
+		if after := snapshot(ctx, e.admin, key); after != before {
+			t.Fatalf("a refusal changed the state:\n%s\n%s", before, after)
+		}
+		if s := l.Stats(); s.Granted != 6 || s.Rejected != 2 || s.Available != 0 {
+			t.Fatalf("stats %+v", s)
+		}
+	})
+}
+
+// rtLog counts a client's round trips (a command, or a pipeline) and keeps the
+// arguments of every command.
+type rtLog struct {
+	mu    sync.Mutex
+	trips int
+	cmds  [][]any
+}
+
+func (h *rtLog) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *rtLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.mu.Lock()
+		h.trips++
+		h.cmds = append(h.cmds, cmd.Args())
+		h.mu.Unlock()
+		return next(ctx, cmd)
+	}
+}
+func (h *rtLog) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.mu.Lock()
+		h.trips++
+		for _, c := range cmds {
+			h.cmds = append(h.cmds, c.Args())
+		}
+		h.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+// take returns the round trips and the command names since the last take.
+func (h *rtLog) take() (trips int, names string, args [][]any) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var ns []string
+	for _, a := range h.cmds {
+		ns = append(ns, strings.ToLower(fmt.Sprint(a[0])))
+	}
+	trips, args = h.trips, h.cmds
+	h.trips, h.cmds = 0, nil
+	return trips, strings.Join(ns, " "), args
+}
+
+func rtClient(t *testing.T, e *env, opts ...testbed.ClientOption) (redis.UniversalClient, *rtLog) {
+	t.Helper()
+	c, _ := e.client(t, opts...)
+	h := &rtLog{}
+	c.AddHook(h)
+	if err := c.Ping(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	h.take()
+	return c, h
+}
+
+// n == 0 reports availability and consumes nothing: the key is unchanged.
+func TestRateLimitZeroConsumesNothing(t *testing.T) {
+	forEachLimiter(t, func(t *testing.T, e *env, k limiterKind) {
+		ctx := ctxT(t, time.Minute)
+		c, _ := e.client(t)
+		key := e.k(k.name + ":zero")
+		l := mustLimiter(t, k, prim.New(c).RateLimiters(), key, 5, 10*time.Second)
+		for range 2 {
+			if d, err := l.Allow(ctx, 1); err != nil || !d.Allowed {
+				t.Fatalf("grant: %+v, %v", d, err)
+			}
+		}
+		before := snapshot(ctx, e.admin, key)
+		for range 5 {
+			d, err := l.Allow(ctx, 0)
+			if err != nil || !d.Allowed || d.Remaining != 3 || d.HasRetryAfter {
+				t.Fatalf("n == 0 after two grants of five: %+v, %v", d, err)
+			}
+		}
+		if after := snapshot(ctx, e.admin, key); after != before {
+			t.Fatalf("n == 0 changed the state:\n%s\n%s", before, after)
+		}
+		if d, err := l.Allow(ctx, 3); err != nil || !d.Allowed || d.Remaining != 0 {
+			t.Fatalf("the three permits n == 0 reported: %+v, %v", d, err)
+		}
+	})
+}
+
+// A request over the limit is refused without RetryAfter and without an
+// error; a negative one is a typed error; neither sends anything.
+func TestRateLimitOverLimitAndNegative(t *testing.T) {
+	forEachLimiter(t, func(t *testing.T, e *env, k limiterKind) {
+		ctx := ctxT(t, time.Minute)
+		c, log := rtClient(t, e)
+		key := e.k(k.name + ":over")
+		l := mustLimiter(t, k, prim.New(c).RateLimiters(), key, 5, 10*time.Second)
+		for _, n := range []int64{6, 1 << 40} {
+			d, err := l.Allow(ctx, n)
+			if err != nil || d.Allowed || d.HasRetryAfter || d.RetryAfter != 0 || d.Remaining != 0 || d.Limit != 5 {
+				t.Fatalf("n=%d over the limit 5: %+v, %v", n, d, err)
+			}
+		}
+		for _, n := range []int64{-1, -1 << 40} {
+			d, err := l.Allow(ctx, n)
+			if !errors.Is(err, prim.ErrNegativePermits) || !errors.Is(err, prim.ErrInvalidArgument) || d.Allowed {
+				t.Fatalf("n=%d: %+v, %v; want ErrNegativePermits", n, d, err)
+			}
+		}
+		if trips, names, _ := log.take(); trips != 0 {
+			t.Fatalf("sent %d round trips (%s); want none", trips, names)
+		}
+		if e.admin.Exists(ctx, key).Val() != 0 {
+			t.Fatal("key written")
+		}
+		if s := l.Stats(); s.Rejected != 2 || s.Granted != 0 || s.Available != -1 {
+			t.Fatalf("stats %+v; want 2 rejected, nothing known of the server", s)
+		}
+	})
+}
+
+// Every bad constructor argument is a typed error matching its own sentinel
+// and ErrInvalidArgument, and the constructors send nothing.
+func TestRateLimitConstructorErrors(t *testing.T) {
+	forEachBuild(t, func(t *testing.T, e *env) {
+		ctx := ctxT(t, time.Minute)
+		c, log := rtClient(t, e)
+		co := prim.New(c).WithPrefix(e.ns)
+		f := co.RateLimiters()
+		if co.RateLimiters() != f {
+			t.Fatal("RateLimiters made a second factory")
+		}
+		ms := time.Millisecond
+		cases := []struct {
+			name string
+			want error
+			mk   func() (*prim.Limiter, error)
+		}{
+			{"fixed empty key", prim.ErrEmptyKey, func() (*prim.Limiter, error) { return f.FixedWindow("", 1, time.Second) }},
+			{"fixed limit 0", prim.ErrInvalidLimit, func() (*prim.Limiter, error) { return f.FixedWindow("k", 0, time.Second) }},
+			{"fixed limit -1", prim.ErrInvalidLimit, func() (*prim.Limiter, error) { return f.FixedWindow("k", -1, time.Second) }},
+			{"fixed window 0", prim.ErrInvalidWindow, func() (*prim.Limiter, error) { return f.FixedWindow("k", 1, 0) }},
+			{"fixed window -1s", prim.ErrInvalidWindow, func() (*prim.Limiter, error) { return f.FixedWindow("k", 1, -time.Second) }},
+			{"fixed window 500µs", prim.ErrInvalidWindow, func() (*prim.Limiter, error) { return f.FixedWindow("k", 1, 500*time.Microsecond) }},
+			{"fixed window 1.5ms", prim.ErrInvalidWindow, func() (*prim.Limiter, error) { return f.FixedWindow("k", 1, 1500*time.Microsecond) }},
+			{"fixed queue -1", prim.ErrInvalidQueue, func() (*prim.Limiter, error) {
+				return f.FixedWindow("k", 1, time.Second, prim.WithQueue(-1, prim.OldestFirst))
+			}},
+			{"fixed queue order 7", prim.ErrInvalidQueue, func() (*prim.Limiter, error) {
+				return f.FixedWindow("k", 1, time.Second, prim.WithQueue(1, prim.QueueOrder(7)))
+			}},
+			{"sliding empty key", prim.ErrEmptyKey, func() (*prim.Limiter, error) { return f.SlidingWindow("", 1, time.Second, 10) }},
+			{"sliding limit 0", prim.ErrInvalidLimit, func() (*prim.Limiter, error) { return f.SlidingWindow("k", 0, time.Second, 10) }},
+			{"sliding window 0", prim.ErrInvalidWindow, func() (*prim.Limiter, error) { return f.SlidingWindow("k", 1, 0, 10) }},
+			{"sliding window 2.5ms", prim.ErrInvalidWindow, func() (*prim.Limiter, error) { return f.SlidingWindow("k", 1, 2500*time.Microsecond, 1) }},
+			{"sliding segments 0", prim.ErrInvalidSegments, func() (*prim.Limiter, error) { return f.SlidingWindow("k", 1, time.Second, 0) }},
+			{"sliding segments -2", prim.ErrInvalidSegments, func() (*prim.Limiter, error) { return f.SlidingWindow("k", 1, time.Second, -2) }},
+			{"sliding segments 3 of 1s", prim.ErrInvalidSegments, func() (*prim.Limiter, error) { return f.SlidingWindow("k", 1, time.Second, 3) }},
+			{"sliding segments 11 of 10ms", prim.ErrInvalidSegments, func() (*prim.Limiter, error) { return f.SlidingWindow("k", 1, 10*ms, 11) }},
+			{"sliding queue -5", prim.ErrInvalidQueue, func() (*prim.Limiter, error) {
+				return f.SlidingWindow("k", 1, time.Second, 10, prim.WithQueue(-5, prim.NewestFirst))
+			}},
+			{"bucket empty key", prim.ErrEmptyKey, func() (*prim.Limiter, error) { return f.TokenBucket("", 1, 1, time.Second) }},
+			{"bucket limit 0", prim.ErrInvalidLimit, func() (*prim.Limiter, error) { return f.TokenBucket("k", 0, 1, time.Second) }},
+			{"bucket tokens 0", prim.ErrInvalidTokens, func() (*prim.Limiter, error) { return f.TokenBucket("k", 1, 0, time.Second) }},
+			{"bucket tokens -1", prim.ErrInvalidTokens, func() (*prim.Limiter, error) { return f.TokenBucket("k", 1, -1, time.Second) }},
+			{"bucket period 0", prim.ErrInvalidPeriod, func() (*prim.Limiter, error) { return f.TokenBucket("k", 1, 1, 0) }},
+			{"bucket period 999µs", prim.ErrInvalidPeriod, func() (*prim.Limiter, error) { return f.TokenBucket("k", 1, 1, 999*time.Microsecond) }},
+			{"bucket queue order -1", prim.ErrInvalidQueue, func() (*prim.Limiter, error) {
+				return f.TokenBucket("k", 1, 1, time.Second, prim.WithQueue(0, prim.QueueOrder(-1)))
+			}},
+		}
+		for _, tc := range cases {
+			l, err := tc.mk()
+			if l != nil || !errors.Is(err, tc.want) || !errors.Is(err, prim.ErrInvalidArgument) {
+				t.Errorf("%s: %v, %v; want %v matching ErrInvalidArgument", tc.name, l, err, tc.want)
+			}
+		}
+		// The valid edges are accepted.
+		for _, mk := range []func() (*prim.Limiter, error){
+			func() (*prim.Limiter, error) { return f.FixedWindow("k", 1, ms) },
+			func() (*prim.Limiter, error) { return f.SlidingWindow("k", 1, 10*ms, 10) },
+			func() (*prim.Limiter, error) { return f.SlidingWindow("k", 1, time.Second, 1) },
+			func() (*prim.Limiter, error) {
+				return f.TokenBucket("k", 1, 1, ms, prim.WithQueue(0, prim.NewestFirst))
+			},
+		} {
+			if _, err := mk(); err != nil {
+				t.Errorf("a valid configuration refused: %v", err)
+			}
+		}
+		if trips, names, _ := log.take(); trips != 0 {
+			t.Fatalf("constructors sent %d round trips (%s); want none", trips, names)
+		}
+		if n := e.admin.Exists(ctx, e.k("k"), "k", e.k("")).Val(); n != 0 {
+			t.Fatalf("%d keys written", n)
+		}
+	})
+}
+
+// A key holding another type is ErrWrongType, a malformed state
+// ErrLimiterState; the value is left as it was, whatever n.
+func TestRateLimitBadState(t *testing.T) {
+	forEachLimiter(t, func(t *testing.T, e *env, k limiterKind) {
+		ctx := ctxT(t, time.Minute)
+		c, _ := e.client(t)
+		f := prim.New(c).RateLimiters()
+		type state struct {
+			name string
+			set  func(key string) error
+			want error
+		}
+		str := func(v string) func(string) error {
+			return func(key string) error { return e.admin.Set(ctx, key, v, 0).Err() }
+		}
+		hash := func(kv ...any) func(string) error {
+			return func(key string) error { return e.admin.HSet(ctx, key, kv...).Err() }
+		}
+		list := func(key string) error { return e.admin.RPush(ctx, key, "x").Err() }
+		var states []state
+		switch k.name {
+		case "fixed":
+			states = []state{
+				{"list", list, prim.ErrWrongType},
+				{"hash", hash("a", "1"), prim.ErrWrongType},
+				{"text", str("abc"), prim.ErrLimiterState},
+				{"fraction", str("1.5"), prim.ErrLimiterState},
+				{"negative", str("-3"), prim.ErrLimiterState},
+				{"leading zero", str("01"), prim.ErrLimiterState},
+				{"space", str(" 1"), prim.ErrLimiterState},
+				{"hex", str("0x1"), prim.ErrLimiterState},
+				{"huge", str("123456789012345678901234"), prim.ErrLimiterState},
+			}
+		case "sliding":
+			states = []state{
+				{"list", list, prim.ErrWrongType},
+				{"string", str("1"), prim.ErrWrongType},
+				{"field not a time", hash("abc", "1"), prim.ErrLimiterState},
+				{"count not a number", hash("9999999999999", "x"), prim.ErrLimiterState},
+				{"count zero", hash("9999999999999", "0"), prim.ErrLimiterState},
+				{"count negative", hash("9999999999999", "-1"), prim.ErrLimiterState},
+			}
+		case "bucket":
+			states = []state{
+				{"list", list, prim.ErrWrongType},
+				{"string", str("1"), prim.ErrWrongType},
+				{"garbage tokens", hash("tokens", "lots", "time", "1"), prim.ErrLimiterState},
+				{"negative tokens", hash("tokens", "-1", "time", "1"), prim.ErrLimiterState},
+				{"nan tokens", hash("tokens", "nan", "time", "1"), prim.ErrLimiterState},
+				{"inf tokens", hash("tokens", "1e999", "time", "1"), prim.ErrLimiterState},
+				{"garbage time", hash("tokens", "1", "time", "soon"), prim.ErrLimiterState},
+				{"no time", hash("tokens", "1"), prim.ErrLimiterState},
+				{"other fields", hash("a", "1", "b", "2"), prim.ErrLimiterState},
+				{"a third field", hash("tokens", "1", "time", "1", "x", "y"), prim.ErrLimiterState},
+			}
+		}
+		for _, s := range states {
+			key := e.k(k.name + ":bad:" + s.name)
+			if err := s.set(key); err != nil {
+				t.Fatal(err)
+			}
+			l := mustLimiter(t, k, f, key, 5, time.Minute)
+			before := snapshot(ctx, e.admin, key)
+			for _, n := range []int64{1, 0, 5} {
+				d, err := l.Allow(ctx, n)
+				if !errors.Is(err, s.want) || d.Allowed {
+					t.Errorf("%s, n=%d: %+v, %v; want %v", s.name, n, d, err, s.want)
+				}
+			}
+			if after := snapshot(ctx, e.admin, key); after != before {
+				t.Errorf("%s: the state changed:\n%s\n%s", s.name, before, after)
+			}
+		}
+	})
+}
+
+// The decisions use the server's clock only: every argument sent is the
+// request or the configuration (no timestamp), and on a server whose clock is
+// an hour off the client's, in either direction, the decisions are the same.
+func TestRateLimitNoClientTime(t *testing.T) {
+	for _, b := range testbed.Matrix() {
+		t.Run(b, func(t *testing.T) {
+			ctx := ctxT(t, time.Minute)
+			topo := testbed.Standalone(t, b)
+			for _, off := range []time.Duration{time.Hour, -time.Hour} {
+				if err := topo.SetClockOffset(ctx, "n1", off); err != nil {
+					t.Fatal(err)
+				}
+				if st, err := topo.ServerTime(ctx, "n1"); err != nil || time.Until(st) < off/2 == (off > 0) {
+					t.Fatalf("server clock not shifted by %v: %v %v", off, st, err)
+				}
+				c, err := topo.Client()
+				if err != nil {
+					t.Fatal(err)
+				}
+				h := &rtLog{}
+				c.AddHook(h)
+				f := prim.New(c).RateLimiters()
+				for _, k := range limiterKinds {
+					const window = 400 * time.Millisecond
+					l := mustLimiter(t, k, f, fmt.Sprintf("%s:%v", k.name, off), 4, window)
+					for i := range 4 {
+						if d, err := l.Allow(ctx, 1); err != nil || !d.Allowed || d.Remaining != int64(3-i) {
+							t.Fatalf("%s, server %v off: grant %d: %+v, %v", k.name, off, i, d, err)
+						}
+					}
+					d, err := l.Allow(ctx, 1)
+					if err != nil || d.Allowed || !d.HasRetryAfter || d.RetryAfter <= 0 || d.RetryAfter > window+window/10+time.Millisecond {
+						t.Fatalf("%s, server %v off: refusal %+v, %v", k.name, off, d, err)
+					}
+					time.Sleep(d.RetryAfter)
+					if d, err := l.Allow(ctx, 1); err != nil || !d.Allowed {
+						t.Fatalf("%s, server %v off: after RetryAfter: %+v, %v", k.name, off, d, err)
+					}
+					_, _, args := h.take()
+					checkArgs(t, k.name, args, 4, window)
+				}
+				c.Close()
+			}
+		})
+	}
+}
+
+// checkArgs asserts that every decision command carries only n and the
+// configuration: no timestamp of any unit.
+func checkArgs(t *testing.T, kind string, cmds [][]any, limit int64, window time.Duration) {
+	t.Helper()
+	checked := 0
+	defer func() {
+		if checked == 0 {
+			t.Errorf("%s: no decision command seen in %v", kind, cmds)
+		}
+	}()
+	ms := window.Milliseconds()
+	for _, a := range cmds {
+		name := strings.ToLower(fmt.Sprint(a[0]))
+		var vals []any
+		switch name {
+		case "evalsha", "eval":
+			vals = a[4:] // name, script, numkeys, key
+		case "increx":
+			vals = a[2:]
+		default:
+			continue
+		}
+		checked++
+		got := fmt.Sprint(vals...)
+		var want []string
+		for _, n := range []int64{0, 1, 2, 3, 4, 5} {
+			switch {
+			case name == "increx":
+				want = append(want, fmt.Sprint("byint", n, "ubound", limit, "px", ms, "enx"))
+			case kind == "fixed":
+				want = append(want, fmt.Sprint(n, limit, ms))
+			case kind == "sliding":
+				want = append(want, fmt.Sprint(n, limit, ms, ms/10))
+			case kind == "bucket":
+				want = append(want, fmt.Sprint(n, limit, limit, ms))
+			}
+		}
+		if !slices.Contains(want, got) {
+			t.Errorf("%s sent %v; want n and the configuration only", kind, a)
+		}
+		now := time.Now()
+		for _, v := range vals {
+			x, err := strconv.ParseInt(fmt.Sprint(v), 10, 64)
+			if err != nil {
+				continue
+			}
+			for _, unit := range []int64{now.Unix(), now.UnixMilli(), now.UnixMicro(), now.UnixNano()} {
+				if x > unit/2 && x < unit*2 {
+					t.Errorf("%s sent %v: %d looks like a timestamp", kind, a, x)
+				}
+			}
+		}
+	}
+}
