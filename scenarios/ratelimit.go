@@ -289,7 +289,9 @@ func init() {
 		var fwd, back string
 		switch cfg.Algo {
 		case history.AlgoFixed:
-			fwd = "the window's counter expires by the server's clock, at once: a new window opens early"
+			fwd = "the window's counter expires by the server's clock, at once: a new window opens early. That is one " +
+				"window's loss, which the fixed window's own bound (2·limit in any span shorter than the window) absorbs " +
+				"when grants come at the windows' starts: the hazard may show or not"
 			back = "the counter's expiry moves 4 windows later: the window lasts longer (stricter)"
 		case history.AlgoSliding:
 			fwd = "every segment's count falls out of the window at once: a full limit is granted again early"
@@ -299,8 +301,8 @@ func init() {
 			back = "the refill sees negative time elapsed: no tokens come back until the clock catches up (stricter)"
 		}
 		rateScenario("clock-skew", "the server restarts (with AOF: the limiters' state survives) with its clock 4 "+
-			"windows ahead: "+fwd+". Over-admission follows: HAZARD expected (over-limit, once the server's clock is "+
-			"proven ahead; the clock-jump hazard).", aof, cfg, rateClockJump(ahead, cfg), true)
+			"windows ahead: "+fwd+". Permits come back early: over-admission is the clock-jump hazard (HAZARD: "+
+			"over-limit once the server's clock is proven ahead).", aof, cfg, rateClockJump(ahead, cfg), true)
 		rateScenario("clock-skew-back", "the server restarts (with AOF) with its clock 4 windows behind: "+back+
 			". A backward jump never frees permits: the bound must hold.", aof, cfg, rateClockJump(behind, cfg), false)
 	}

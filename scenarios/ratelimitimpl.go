@@ -202,9 +202,15 @@ func (p primLimiter) Allow(ctx context.Context, n int64) (bool, error) {
 	return d.Allowed, err
 }
 
+// Wait: no room in the queue, or the caller's deadline passed while the
+// request waited in the local queue (ctx's error, not ErrUncertain: nothing
+// was in flight), is a refusal.
 func (p primLimiter) Wait(ctx context.Context, n int64) (bool, error) {
 	d, err := p.l.Wait(ctx, n)
-	if errors.Is(err, prim.ErrQueueFull) {
+	switch {
+	case errors.Is(err, prim.ErrQueueFull):
+		return false, nil
+	case errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, prim.ErrUncertain):
 		return false, nil
 	}
 	return d.Allowed, err
