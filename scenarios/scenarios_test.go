@@ -438,8 +438,17 @@ func TestRateLimitScenarios(t *testing.T) {
 			}
 			// (A run with nothing granted has nothing to check: its
 			// rate-limit property is UNKNOWN, refused above.)
-			if rateHazards[s.Name] && verdictOf(out, "rate-limit") != scenarios.Hazard {
-				t.Fatalf("%s: rate-limit is %s; the scenario must show the hazard", s.Name, verdictOf(out, "rate-limit"))
+			if rateHazards[s.Name] {
+				if v := verdictOf(out, "rate-limit"); v != scenarios.Hazard {
+					t.Fatalf("%s: rate-limit is %s; the scenario must show the hazard", s.Name, v)
+				}
+				// The evidence: an over-limit span, marked as the hazard.
+				for _, r := range out.Results {
+					if r.Checker == "rate-limit" && (len(r.Result.Evidence) == 0 || !r.Result.Evidence[0].Hazard ||
+						!strings.Contains(r.Result.Evidence[0].Msg, "granted within") || len(r.Result.Evidence[0].Ops) == 0) {
+						t.Fatalf("%s: the hazard's evidence is missing: %+v", s.Name, r.Result.Evidence)
+					}
+				}
 			}
 			checkHazardAccounted(t, s, out)
 		})
