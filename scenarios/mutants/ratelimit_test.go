@@ -68,3 +68,13 @@ func TestLimiterMutantsFail(t *testing.T) {
 		})
 	}
 }
+
+// TestLimiterMutantFailsInHazardScenario: in a scenario whose restarts lose
+// grants (HAZARD for a correct limiter), a mutant's over-admission from the
+// start, before any restart, is not the hazard: FAIL.
+func TestLimiterMutantFailsInHazardScenario(t *testing.T) {
+	out := runScenario(t, "ratelimit/fixed/kill-restart-noaof", "mutant-limiter-client-clock")
+	if out.Verdict != scenarios.Fail || out.Hazard != "failed" {
+		t.Fatalf("verdict %s, hazard %q: want FAIL, the violations before the first restart are no hazard", out.Verdict, out.Hazard)
+	}
+}
