@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/coordtorture/coordtorture/testbed"
 	"github.com/redis/go-redis/v9"
@@ -98,7 +99,8 @@ func TestRateLimitSequence(t *testing.T) {
 }
 
 // rtLog counts a client's round trips (a command, or a pipeline) and keeps the
-// arguments of every command.
+// arguments of every command; a new connection's handshake (HELLO, CLIENT
+// SETINFO…) is not counted.
 type rtLog struct {
 	mu    sync.Mutex
 	trips int
@@ -108,6 +110,9 @@ type rtLog struct {
 func (h *rtLog) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *rtLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		if handshake[cmd.Name()] {
+			return next(ctx, cmd)
+		}
 		h.mu.Lock()
 		h.trips++
 		h.cmds = append(h.cmds, cmd.Args())
@@ -126,6 +131,8 @@ func (h *rtLog) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 		return next(ctx, cmds)
 	}
 }
+
+var handshake = map[string]bool{"hello": true, "client": true, "auth": true, "select": true, "readonly": true}
 
 // take returns the round trips and the command names since the last take.
 func (h *rtLog) take() (trips int, names string, args [][]any) {
@@ -466,5 +473,291 @@ func checkArgs(t *testing.T, kind string, cmds [][]any, limit int64, window time
 				}
 			}
 		}
+	}
+}
+
+// grantSpan is one grant as the client saw it: the server decided somewhere
+// between sent and recv.
+type grantSpan struct {
+	sent, recv time.Time
+	n          int64
+}
+
+// maxIn is the most permits granted within one span shorter than L that the
+// evidence proves: grants whose [sent, recv] all lie in [s, s+L) for some s
+// happened, on any clock that runs at the rate of ours, within less than L.
+// (Conservative: latency only hides grants from it.) gs is sorted by sent.
+func maxIn(gs []grantSpan, L time.Duration) (most int64, at int) {
+	for i := range gs {
+		end := gs[i].sent.Add(L)
+		var sum int64
+		for j := i; j < len(gs) && gs[j].sent.Before(end); j++ {
+			if gs[j].recv.Before(end) {
+				sum += gs[j].n
+			}
+		}
+		if sum > most {
+			most, at = sum, i
+		}
+	}
+	return most, at
+}
+
+// 8 goroutines over two Coordinators (two clients) hammer one key for five
+// windows; the grants never exceed the algorithm's bound (DESIGN.md
+// "Checkers"): fixed ≤ 2·limit in any span < window, sliding ≤ limit in any
+// span < window, bucket ≤ limit + rate·span/period.
+func TestRateLimitBound(t *testing.T) {
+	forEachLimiter(t, func(t *testing.T, e *env, k limiterKind) {
+		const limit, window = 20, 300 * time.Millisecond
+		ctx := ctxT(t, time.Minute)
+		key := e.k(k.name + ":bound")
+		var lims [2]*prim.Limiter
+		for i := range lims {
+			c, _ := e.client(t)
+			lims[i] = mustLimiter(t, k, prim.New(c).RateLimiters(), key, limit, window)
+		}
+		var (
+			mu      sync.Mutex
+			grants  []grantSpan
+			refused atomic.Int64
+		)
+		stop := time.Now().Add(5 * window)
+		var wg sync.WaitGroup
+		for g := range 8 {
+			wg.Go(func() {
+				l := lims[g%2]
+				for i := 0; i < 20000 && time.Now().Before(stop); i++ {
+					n := int64(1 + (i+g)%3)
+					sent := time.Now()
+					d, err := l.Allow(ctx, n)
+					recv := time.Now()
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if !d.Allowed {
+						refused.Add(1)
+						if !d.HasRetryAfter || d.RetryAfter < 0 || d.RetryAfter > window+window/10+time.Millisecond {
+							t.Errorf("refusal %+v", d)
+							return
+						}
+						time.Sleep(time.Millisecond)
+						continue
+					}
+					mu.Lock()
+					grants = append(grants, grantSpan{sent, recv, n})
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		slices.SortFunc(grants, func(a, b grantSpan) int { return a.sent.Compare(b.sent) })
+		var total int64
+		for _, g := range grants {
+			total += g.n
+		}
+		t.Logf("%d permits in %d grants, %d refusals", total, len(grants), refused.Load())
+		if total < 2*limit || refused.Load() == 0 {
+			t.Fatalf("%d permits granted, %d refused in five windows: the hammering proves nothing", total, refused.Load())
+		}
+		check := func(L time.Duration, bound int64) {
+			if most, at := maxIn(grants, L); most > bound {
+				t.Errorf("%d permits granted within %v from %v (bound %d)", most, L, grants[at].sent.Format("15:04:05.000"), bound)
+			}
+		}
+		switch k.name {
+		case "fixed":
+			check(window, 2*limit)
+		case "sliding":
+			check(window, limit)
+		case "bucket":
+			for _, L := range []time.Duration{window / 10, window / 4, window / 2, window, 2 * window} {
+				check(L, limit+int64(float64(limit)*float64(L)/float64(window)))
+			}
+		}
+	})
+}
+
+// RetryAfter is honest: a lone retry clearly before it fails, one after it
+// succeeds.
+func TestRateLimitRetryAfter(t *testing.T) {
+	forEachLimiter(t, func(t *testing.T, e *env, k limiterKind) {
+		const limit, window = 3, time.Second
+		ctx := ctxT(t, time.Minute)
+		c, _ := e.client(t)
+		l := mustLimiter(t, k, prim.New(c).RateLimiters(), e.k(k.name+":retry"), limit, window)
+		for i := range limit {
+			if d, err := l.Allow(ctx, 1); err != nil || !d.Allowed {
+				t.Fatalf("grant %d: %+v, %v", i, d, err)
+			}
+		}
+		d, err := l.Allow(ctx, 1)
+		got := time.Now()
+		if err != nil || d.Allowed || !d.HasRetryAfter {
+			t.Fatalf("refusal: %+v, %v", d, err)
+		}
+		r := d.RetryAfter
+		// fixed: the rest of the window; sliding: the window and up to a segment
+		// (rounded forward); bucket: one token's refill, window/limit.
+		lo, hi := window*8/10, window+window/10+time.Millisecond
+		if k.name == "bucket" {
+			lo, hi = window/limit*8/10, window/limit+time.Millisecond
+		}
+		if r < lo || r > hi {
+			t.Fatalf("RetryAfter %v, want within [%v, %v]", r, lo, hi)
+		}
+		time.Sleep(time.Until(got.Add(r / 2)))
+		if d, err := l.Allow(ctx, 1); err != nil || d.Allowed || !d.HasRetryAfter || d.RetryAfter > r {
+			t.Fatalf("retry at half the RetryAfter %v: %+v, %v; want refused with a shorter RetryAfter", r, d, err)
+		}
+		time.Sleep(time.Until(got.Add(r)))
+		if d, err := l.Allow(ctx, 1); err != nil || !d.Allowed {
+			t.Fatalf("retry after RetryAfter %v: %+v, %v; want granted", r, d, err)
+		}
+	})
+}
+
+// The script's own repair of a fixed-window counter without expiry (a full
+// counter would otherwise deny forever): a request gives it a window; n == 0
+// reports that window and writes nothing.
+func TestRateLimitFixedPersistedCounter(t *testing.T) {
+	forEachBuild(t, func(t *testing.T, e *env) {
+		ctx := ctxT(t, time.Minute)
+		c, _ := e.client(t)
+		key := e.k("persisted")
+		l, err := prim.New(c).RateLimiters().FixedWindow(key, 3, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.admin.Set(ctx, key, "3", 0)
+		before := snapshot(ctx, e.admin, key)
+		d, err := l.Allow(ctx, 0)
+		if err != nil || d.Allowed || !d.HasRetryAfter || d.RetryAfter != 5*time.Second+time.Millisecond {
+			t.Fatalf("n == 0 on a full counter without expiry: %+v, %v", d, err)
+		}
+		if after := snapshot(ctx, e.admin, key); after != before {
+			t.Fatalf("n == 0 wrote:\n%s\n%s", before, after)
+		}
+		d, err = l.Allow(ctx, 1)
+		if err != nil || d.Allowed || !d.HasRetryAfter || d.RetryAfter < 4*time.Second || d.RetryAfter > 5*time.Second+time.Millisecond {
+			t.Fatalf("n == 1 on a full counter without expiry: %+v, %v", d, err)
+		}
+		if p := e.admin.PTTL(ctx, key).Val(); p <= 4*time.Second {
+			t.Fatalf("not repaired: PTTL %v", p)
+		}
+		if v := e.admin.Get(ctx, key).Val(); v != "3" {
+			t.Fatalf("counter %q", v)
+		}
+	})
+}
+
+// Uncertain outcomes, with go-redis's default options: a decision whose reply
+// is lost when ctx ends is ErrUncertain, and its permit was consumed; a reply
+// lost and then resent (go-redis's MaxRetries) consumes twice for one grant:
+// over-consumption, never over-admission.
+func TestRateLimitUncertain(t *testing.T) {
+	forEachLimiter(t, func(t *testing.T, e *env, k limiterKind) {
+		ctx := ctxT(t, time.Minute)
+		c, cut := defaultClient(t, e)
+		link, err := e.topo.Link(e.peer, "n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = link.Heal() })
+		f := prim.New(c).RateLimiters()
+		// The script cached on the server, and for the fixed window the node
+		// recorded as lacking INCREX, so the faults hit the script.
+		if _, err := mustLimiter(t, k, f, e.k(k.name+":warm"), 5, time.Minute).Allow(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		remaining := func(l *prim.Limiter, want int64) {
+			t.Helper()
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				d, err := l.Allow(ctx, 0)
+				if err == nil && d.Remaining == want {
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("remaining %+v, %v; want %d", d, err, want)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+
+		t.Run("reply lost at ctx end", func(t *testing.T) {
+			l := mustLimiter(t, k, f, e.k(k.name+":lost"), 5, time.Minute)
+			if err := link.LoseReplies(); err != nil {
+				t.Fatal(err)
+			}
+			actx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			start := time.Now()
+			d, err := l.Allow(actx, 1)
+			cancel()
+			if took := time.Since(start); took > time.Second {
+				t.Errorf("Allow returned %v after its 100ms deadline", took)
+			}
+			if err := link.Heal(); err != nil {
+				t.Fatal(err)
+			}
+			if !errors.Is(err, prim.ErrUncertain) || d.Allowed {
+				t.Fatalf("reply lost: %+v, %v; want ErrUncertain", d, err)
+			}
+			remaining(l, 4) // consumed, though not reported granted
+		})
+
+		t.Run("reply lost and resent", func(t *testing.T) {
+			l := mustLimiter(t, k, f, e.k(k.name+":resent"), 5, time.Minute)
+			before := cmdCalls(ctx, e.admin, "evalsha", "eval")
+			loseOneReply(t, cut, link)
+			d, err := l.Allow(ctx, 1)
+			if runs := cmdCalls(ctx, e.admin, "evalsha", "eval") - before; runs < 2 {
+				t.Fatalf("the server ran the script %d times: nothing was resent, the test proves nothing", runs)
+			}
+			if err != nil || !d.Allowed {
+				t.Fatalf("resent decision: %+v, %v; want the resend's grant", d, err)
+			}
+			remaining(l, 3) // one grant, two permits consumed
+		})
+	})
+}
+
+// On a Cluster, each limiter's one key is on one slot: every algorithm works,
+// through a prefixed view too, on keys spread over the slots.
+func TestRateLimitCluster(t *testing.T) {
+	for _, b := range testbed.Matrix() {
+		t.Run(b, func(t *testing.T) {
+			ctx := ctxT(t, 2*time.Minute)
+			topo := testbed.Cluster(t, b, 3, 0)
+			c, err := topo.Client()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			co := prim.New(c)
+			for _, f := range []*prim.RateLimiters{co.RateLimiters(), co.WithPrefix("{app}:").RateLimiters()} {
+				for _, k := range limiterKinds {
+					for i := range 4 {
+						key := fmt.Sprintf("%s:%d", k.name, i)
+						l := mustLimiter(t, k, f, key, 2, 10*time.Second)
+						for j := range 2 {
+							if d, err := l.Allow(ctx, 1); err != nil || !d.Allowed || d.Remaining != int64(1-j) {
+								t.Fatalf("%s: grant %d: %+v, %v", l.Key(), j, d, err)
+							}
+						}
+						if d, err := l.Allow(ctx, 1); err != nil || d.Allowed || !d.HasRetryAfter {
+							t.Fatalf("%s: refusal: %+v, %v", l.Key(), d, err)
+						}
+						if d, err := l.Allow(ctx, 0); err != nil || d.Allowed {
+							t.Fatalf("%s: n == 0: %+v, %v", l.Key(), d, err)
+						}
+						if n, err := c.Exists(ctx, l.Key()).Result(); err != nil || n != 1 {
+							t.Fatalf("%s: exists %d, %v", l.Key(), n, err)
+						}
+					}
+				}
+			}
+		})
 	}
 }
