@@ -157,6 +157,75 @@
 // field removed again if HPEXPIRE is refused), so no path leaves a lease without
 // expiry. On Cluster the dedicated connection follows MOVED and ASK.
 //
+// # Rate limiters
+//
+// [Coordinator.RateLimiters] makes fixed-window, sliding-window and
+// token-bucket limiters ([RateLimiters.FixedWindow], [RateLimiters.SlidingWindow],
+// [RateLimiters.TokenBucket]); each is a [*Limiter] and implements
+// [RateLimiter]. The constructors validate their arguments (typed errors
+// matching [ErrInvalidArgument]) and send nothing.
+//
+// Every decision ([Limiter.Allow]) is one atomic script on the limiter's one
+// key, so one Cluster slot, on the server's clock: the sliding window and the
+// bucket read TIME inside the script, the fixed window's counter expires on the
+// server's clock. No client time is ever sent, so a client's clock, however
+// wrong, changes nothing. The state is what the decision needs and no more:
+// fixed, one counter whose expiry the request that creates it sets (the window
+// starts at the first request); sliding, one hash field per active segment,
+// named by the segment's end (a grant is rounded forward to the end of its
+// segment, so it never expires early; availability can come up to one segment
+// late; at most limit permits are stored); bucket, the tokens left and the
+// server time of the last write (continuous refill, capped at the bucket's
+// size). A state the script cannot read (a malformed counter or hash) is
+// [ErrLimiterState], a key of another type [ErrWrongType]; nothing is written
+// then.
+//
+// Grants are consumptive: there is no returning permits. n == 0 reports
+// availability and writes nothing; n above the limit is refused without
+// RetryAfter (it can never succeed) and sends nothing; a negative n is
+// [ErrNegativePermits]. A refusal's RetryAfter is the server's computation of
+// when the same request can succeed, never early: the counter's PTTL plus one
+// millisecond (the server deletes a key only once its clock is past the
+// expiry), the time until enough of the oldest segments leave the window, the
+// refill time of the missing tokens.
+//
+// Uncertain outcomes: if ctx ends or the connection drops after the request
+// was sent, the error matches [ErrUncertain] and the permits may have been
+// consumed. A request whose reply was lost is sent again within the client's
+// MaxRetries: a resend may consume the permits a second time, so lost replies
+// can only lower the grants below the limit, never raise them above it.
+//
+// Fixed windows use INCREX key BYINT n UBOUND limit PX window ENX (Redis 8.8+,
+// Valkey 9.2+) where the server has it, pipelined with PTTL (one round trip;
+// the PTTL gives a refusal its RetryAfter), and the equivalent Lua counter
+// otherwise. After a node answers "unknown command", every limiter of the
+// Coordinator, and of its prefixed views, uses the script on that node and
+// tries INCREX again only after five minutes, so an upgraded server regains the
+// fast path. INCREX is never resent: a lost reply is [ErrUncertain]. A counter
+// found without an expiry (a PERSIST, a hand-written value) would deny forever
+// once full: the request that finds it gives it a whole window (the script; on
+// the fast path INCREX's ENX, or, when INCREX refused, the script in the same
+// call).
+//
+// What a server's clock jump does: fixed windows measure only the counter's
+// expiry on the server's own clock, so a jump moves the end of the current
+// window at most (a forward jump ends it early: up to limit more grants in
+// that span; a backward one prolongs it). Sliding windows and buckets
+// compute with TIME: a forward jump makes segments leave the window, or tokens
+// refill, early (over-admission, up to the permits of the jumped span); a
+// backward jump makes them count longer (under-admission, permits delayed by
+// up to the jump). The bucket never refills while the server's time is behind
+// its stored refill time, and keeps that time, so a clock that goes back and
+// forth never refills twice. A failover to a replica, or a restart without
+// persistence, can lose grants (over-admission): the limiters are as durable
+// as the server's data.
+//
+// Each script touches exactly one key; scripts are EVALSHA with an EVAL
+// fallback and work on Redis 7.0+ and Valkey 8+. ACL: EVALSHA, EVAL (GET,
+// SET, INCRBY, PTTL, PEXPIRE; TIME, HGETALL, HMGET, HSET, HINCRBY, HDEL,
+// PEXPIREAT, EXISTS) on the key, and INCREX and PTTL for the fast path (a user
+// without INCREX gets the script at the cost of a refused INCREX per decision).
+//
 // # Uncertain outcomes
 //
 // A timeout, cancellation or disconnect after a command was sent leaves its

@@ -124,3 +124,72 @@ func ExampleFencedLock_Context() {
 	// held
 	// true estimate-ended
 }
+
+func ExampleRateLimiters_FixedWindow() {
+	ctx := context.Background()
+	limits := prim.New(exampleClient).WithPrefix("example-fixed:").RateLimiters()
+	lim, err := limits.FixedWindow("limits:api", 2, time.Minute)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for range 3 {
+		d, err := lim.Allow(ctx, 1)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		if !d.Allowed {
+			fmt.Println("refused; retry within a minute:", d.HasRetryAfter && d.RetryAfter <= time.Minute+time.Millisecond)
+			continue
+		}
+		fmt.Println("granted, remaining", d.Remaining)
+	}
+	// Output:
+	// granted, remaining 1
+	// granted, remaining 0
+	// refused; retry within a minute: true
+}
+
+func ExampleRateLimiters_SlidingWindow() {
+	ctx := context.Background()
+	limits := prim.New(exampleClient).WithPrefix("example-sliding:").RateLimiters()
+	lim, err := limits.SlidingWindow("limits:api", 5, time.Minute, 10)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	d, err := lim.Allow(ctx, 3)
+	fmt.Println(d.Allowed, d.Remaining, err)
+	d, err = lim.Allow(ctx, 3) // only 2 left in the window
+	fmt.Println(d.Allowed, d.Remaining, d.HasRetryAfter, err)
+	d, err = lim.Allow(ctx, 6) // more than the limit: never possible
+	fmt.Println(d.Allowed, d.HasRetryAfter, err)
+	// Output:
+	// true 2 <nil>
+	// false 2 true <nil>
+	// false false <nil>
+}
+
+func ExampleRateLimiters_TokenBucket() {
+	ctx := context.Background()
+	limits := prim.New(exampleClient).WithPrefix("example-bucket:").RateLimiters()
+	// A bucket of 10 tokens, refilled continuously at 10 per second.
+	lim, err := limits.TokenBucket("limits:api", 10, 10, time.Second)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	d, err := lim.Allow(ctx, 10)
+	fmt.Println(d.Allowed, d.Remaining, err)
+	d, _ = lim.Allow(ctx, 5)
+	// Five tokens take half a second to come back.
+	fmt.Println(d.Allowed, d.RetryAfter > 400*time.Millisecond && d.RetryAfter <= 500*time.Millisecond)
+	time.Sleep(d.RetryAfter)
+	d, _ = lim.Allow(ctx, 5)
+	fmt.Println(d.Allowed)
+	// Output:
+	// true 0 <nil>
+	// false true
+	// true
+}

@@ -1,8 +1,9 @@
 -- Token-bucket rate limiter: one decision for ARGV[1] tokens, atomically, on
 -- the server's clock (TIME).
--- KEYS[1] a hash of exactly two fields: 'tokens', the tokens left at the last
---         write (a double, '%.17g'), and 'time', the server time of that
---         write in microseconds. No key: a full bucket.
+-- KEYS[1] a hash of two fields: 'tokens', the tokens left at the last write
+--         (a double), and 'time', the server time of that write in
+--         microseconds (an integer). No key: a full bucket. Other fields are
+--         ignored; a hash without these two is malformed.
 -- ARGV[1] n, tokens asked (0 <= n <= limit; 0 reports availability and writes
 --         nothing)
 -- ARGV[2] limit, the bucket's size
@@ -13,6 +14,14 @@
 -- a server whose clock is behind) refills nothing and keeps the stored time,
 -- so permits come late, never early. A refusal writes nothing (refill is a
 -- function of the stored pair and the time).
+-- The numbers are written as Lua numbers, which the server formats exactly
+-- (%.17g on Redis 7.0, the shortest round-trip form on later servers): the
+-- tokens read back are the tokens written, bit for bit.
+-- Expiry: the key outlives the time at which its bucket is full again (F; a
+-- full bucket needs no state), by one to two seconds: PEXPIREAT at F rounded
+-- down to the second, plus two seconds. F depends only on the stored pair
+-- (refill does not move it), so a request whose write leaves that deadline
+-- where it was sends no PEXPIREAT.
 -- Reply: {1, remaining, 0, reset}      granted (n == 0: one token is free)
 --        {0, remaining, retry, reset}  refused; retry ms until n tokens
 --        {-1, reason}                  'wrongtype' or 'malformed'
@@ -20,60 +29,55 @@
 if redis.replicate_commands then
   redis.replicate_commands()
 end
-local n = tonumber(ARGV[1])
-local limit = tonumber(ARGV[2])
-local rate = tonumber(ARGV[3])
-local period = tonumber(ARGV[4]) * 1000
+-- ARGV are prim's own decimal integers; the state is checked below.
+local tonumber = tonumber
+local n = ARGV[1] + 0
+local limit = ARGV[2] + 0
+local per = ARGV[3] / (ARGV[4] * 1000) -- tokens per µs
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local h = redis.pcall('HGETALL', KEYS[1])
-if h.err then
+local now = t[1] * 1000000 + t[2]
+local s = redis.pcall('HMGET', KEYS[1], 'tokens', 'time')
+if s.err then
   return {-1, 'wrongtype'}
 end
-local tokens, last = limit, now
-if #h > 0 then
-  local f = {}
-  for i = 1, #h, 2 do
-    f[h[i]] = h[i + 1]
-  end
-  local tk, tm = f['tokens'], f['time']
-  if #h ~= 4 or not tk or not tm or #tm > 17 or not string.match(tm, '^%d+$')
-      or not string.match(tk, '^%d[%d%.eE%+%-]*$') then
+local tokens, last, deadline = limit, now, nil
+if s[1] then
+  tokens, last = tonumber(s[1]), tonumber(s[2])
+  if not tokens or not last or not (tokens >= 0 and tokens < math.huge) or last < 0 or last % 1 ~= 0 then
     return {-1, 'malformed'}
   end
-  tokens, last = tonumber(tk), tonumber(tm)
-  if not tokens or tokens ~= tokens or tokens == math.huge then
-    return {-1, 'malformed'}
-  end
+  deadline = math.floor((last + (limit - tokens) / per) / 1000000)
   if now > last then
-    tokens = tokens + (now - last) * rate / period
+    tokens = tokens + (now - last) * per
   end
   if tokens > limit then
     tokens = limit
   end
-end
-local function ms(need)
-  local d = math.ceil(need * period / rate / 1000)
-  if d < 1 and need > 0 then
-    d = 1
-  end
-  return d
+elseif s[2] or redis.call('EXISTS', KEYS[1]) == 1 then
+  return {-1, 'malformed'}
 end
 local want = n
 if n == 0 then
   want = 1
 end
 if tokens < want then
-  return {0, math.floor(tokens), ms(want - tokens), ms(limit - tokens)}
+  local retry = math.ceil((want - tokens) / per / 1000)
+  if retry < 1 then
+    retry = 1
+  end
+  return {0, math.floor(tokens), retry, math.ceil((limit - tokens) / per / 1000)}
 end
 if n == 0 then
-  return {1, math.floor(tokens), 0, ms(limit - tokens)}
+  return {1, math.floor(tokens), 0, math.ceil((limit - tokens) / per / 1000)}
 end
 tokens = tokens - n
 if last < now then
   last = now
 end
-local reset = ms(limit - tokens)
-redis.call('HSET', KEYS[1], 'tokens', string.format('%.17g', tokens), 'time', string.format('%d', last))
-redis.call('PEXPIRE', KEYS[1], reset + 1000)
-return {1, math.floor(tokens), 0, reset}
+redis.call('HSET', KEYS[1], 'tokens', tokens, 'time', last)
+local full = last + (limit - tokens) / per
+local d = math.floor(full / 1000000)
+if d ~= deadline then
+  redis.call('PEXPIREAT', KEYS[1], (d + 2) * 1000)
+end
+return {1, math.floor(tokens), 0, math.ceil((full - now) / 1000)}

@@ -14,8 +14,8 @@
 --        {-1, reason}           'wrongtype' or 'malformed'; nothing written
 -- pttl: the counter's remaining life in ms (0: no counter); for n == 0 on a
 -- counter without expiry, the window the next request will give it.
-local n = tonumber(ARGV[1])
-local limit = tonumber(ARGV[2])
+local n = ARGV[1] + 0
+local limit = ARGV[2] + 0
 local v = redis.pcall('GET', KEYS[1])
 if type(v) == 'table' then
   return {-1, 'wrongtype'}

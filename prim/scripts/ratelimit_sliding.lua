@@ -10,8 +10,11 @@
 -- A grant at server time t is recorded in the segment ending at
 -- floor(t/s)*s + s: rounded forward, so it counts for at least one window
 -- after t (never expires early; availability comes up to a segment late). A
--- segment counts while end + window > now. Only granted permits are stored,
--- so the active segments never hold more than limit.
+-- segment counts while end + window > now; the others are deleted by the next
+-- request with n > 0. Only granted permits are stored, so the active segments
+-- never hold more than limit.
+-- The key expires at its newest segment's end + window (PEXPIREAT, set when a
+-- request creates that segment: the deadline only moves then).
 -- Reply: {1, remaining, 0, reset}           granted (n == 0: one is free)
 --        {0, remaining, retry, reset}        refused; retry ms until n fit
 --        {-1, reason}                        'wrongtype' or 'malformed'
@@ -19,73 +22,91 @@
 if redis.replicate_commands then
   redis.replicate_commands()
 end
-local n = tonumber(ARGV[1])
-local limit = tonumber(ARGV[2])
-local window = tonumber(ARGV[3])
-local seg = tonumber(ARGV[4])
+-- ARGV are prim's own decimal integers; the state is checked below.
+local tonumber = tonumber
+local n = ARGV[1] + 0
+local limit = ARGV[2] + 0
+local window = ARGV[3] + 0
+local seg = ARGV[4] + 0
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local h = redis.pcall('HGETALL', KEYS[1])
 if h.err then
   return {-1, 'wrongtype'}
 end
-local ends, counts, stale = {}, {}, {}
-local sum, last = 0, 0
-for i = 1, #h, 2 do
-  local e, c = h[i], h[i + 1]
-  if #e > 15 or #c > 15 or not string.match(e, '^[1-9]%d*$') or not string.match(c, '^[1-9]%d*$') then
-    return {-1, 'malformed'}
-  end
-  local ev = tonumber(e)
-  if ev + window > now then
-    local cv = tonumber(c)
-    ends[#ends + 1] = ev
-    counts[ev] = cv
-    sum = sum + cv
-    if ev > last then
-      last = ev
+-- A segment ending after from is active.
+local from = now - window
+-- A field or count that is not a number makes the arithmetic raise: caught,
+-- it is a malformed state (nothing written yet).
+local sum, last, stale = 0, 0, nil
+local ok = pcall(function()
+  for i = 1, #h, 2 do
+    local e, c = h[i] + 0, h[i + 1] + 0
+    if e < 1 or c < 1 or e % 1 ~= 0 or c % 1 ~= 0 then
+      error('malformed')
     end
-  else
-    stale[#stale + 1] = e
+    if e > from then
+      sum = sum + c
+      if e > last then
+        last = e
+      end
+    elseif stale then
+      stale[#stale + 1] = h[i]
+    else
+      stale = {h[i]}
+    end
   end
+end)
+if not ok then
+  return {-1, 'malformed'}
 end
 local reset = 0
 if last > 0 then
   reset = last + window - now
 end
--- retry: ms until enough of the oldest segments have expired for want.
-local function retry(want)
-  table.sort(ends)
-  local s = sum
-  for _, e in ipairs(ends) do
-    s = s - counts[e]
-    if s + want <= limit then
-      return e + window - now
-    end
-  end
-  return reset
-end
 local rem = limit - sum
 if rem < 0 then
   rem = 0
 end
+local want = n
 if n == 0 then
-  if sum + 1 <= limit then
-    return {1, rem, 0, reset}
-  end
-  return {0, rem, retry(1), reset}
+  want = 1
 end
-if #stale > 0 then
+if n > 0 and stale then
   redis.call('HDEL', KEYS[1], unpack(stale))
 end
-if sum + n > limit then
-  return {0, rem, retry(n), reset}
+if sum + want > limit then
+  -- Refused: retry when enough of the oldest active segments have expired
+  -- for want to fit (a segment stops counting at end + window).
+  local ends, counts = {}, {}
+  for i = 1, #h, 2 do
+    local e = tonumber(h[i])
+    if e > from then
+      ends[#ends + 1] = e
+      counts[e] = tonumber(h[i + 1])
+    end
+  end
+  table.sort(ends)
+  local retry = reset
+  local s = sum
+  for _, e in ipairs(ends) do
+    s = s - counts[e]
+    if s + want <= limit then
+      retry = e + window - now
+      break
+    end
+  end
+  return {0, rem, retry, reset}
 end
-local cur = math.floor(now / seg) * seg + seg
-redis.call('HINCRBY', KEYS[1], string.format('%d', cur), n)
+if n == 0 then
+  return {1, rem, 0, reset}
+end
+-- Lua numbers are sent as the server formats them: integers below 2^53 as
+-- plain decimal integers.
+local cur = now - now % seg + seg
+redis.call('HINCRBY', KEYS[1], cur, n)
 if cur > last then
+  redis.call('PEXPIREAT', KEYS[1], cur + window)
   last = cur
 end
-reset = last + window - now
-redis.call('PEXPIRE', KEYS[1], string.format('%d', reset))
-return {1, rem - n, 0, reset}
+return {1, rem - n, 0, last + window - now}

@@ -19,15 +19,17 @@ import (
 type decider func() error
 
 // rateImpl builds, for one client and one key, a decision function. The
-// limits are high enough that the decisions are grants (the write path), the
-// state of each algorithm as it is under a steady load: the sliding window's
-// hash holds its segments (10 per second), the bucket its two fields.
+// limits (a million per second) are high enough that the decisions are grants
+// (the write path), with each algorithm's state as it is under a steady load:
+// the fixed window's counter, the sliding window's hash of its segments (10
+// per second: 10 or 11 fields), the bucket's two fields, redis_rate's GCRA
+// time.
 type rateImpl struct {
 	name string
 	make func(c *redis.Client, key string) (decider, error)
 }
 
-const benchRate = 1 << 40 // permits per second: every decision a grant
+const benchRate = 1_000_000 // permits per second: every decision a grant
 
 func primDecider(mk func(f *prim.RateLimiters, key string) (*prim.Limiter, error)) func(c *redis.Client, key string) (decider, error) {
 	return func(c *redis.Client, key string) (decider, error) {

@@ -59,7 +59,8 @@ func mustLimiter(t *testing.T, k limiterKind, f *prim.RateLimiters, key string, 
 }
 
 // The basic sequence: limit grants, then a refusal with a RetryAfter within
-// the window, Remaining counting down; n == 0 reports without consuming.
+// the window, Remaining counting down; n == 0 reports without consuming. The
+// key expires no sooner than Reset.
 func TestRateLimitSequence(t *testing.T) {
 	forEachLimiter(t, func(t *testing.T, e *env, k limiterKind) {
 		ctx := ctxT(t, time.Minute)
@@ -80,6 +81,10 @@ func TestRateLimitSequence(t *testing.T) {
 			}
 			if d.Reset <= 0 || d.Reset > 11*time.Second { // sliding: up to a segment more
 				t.Fatalf("grant %d: Reset %v", i, d.Reset)
+			}
+			// The state outlives the time it is needed for.
+			if p := e.admin.PTTL(ctx, key).Val(); p < d.Reset-time.Second/2 {
+				t.Fatalf("grant %d: the key expires in %v, before it is back to full (%v)", i, p, d.Reset)
 			}
 		}
 		before := snapshot(ctx, e.admin, key)
@@ -351,7 +356,6 @@ func TestRateLimitBadState(t *testing.T) {
 				{"garbage time", hash("tokens", "1", "time", "soon"), prim.ErrLimiterState},
 				{"no time", hash("tokens", "1"), prim.ErrLimiterState},
 				{"other fields", hash("a", "1", "b", "2"), prim.ErrLimiterState},
-				{"a third field", hash("tokens", "1", "time", "1", "x", "y"), prim.ErrLimiterState},
 			}
 		}
 		for _, s := range states {
@@ -760,4 +764,41 @@ func TestRateLimitCluster(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The bucket's key outlives its time to full across many writes, whether or
+// not a write moved the expiry (the script re-sets it only when the deadline,
+// rounded to the second, moves): checked after every grant of a bucket that
+// refills slowly (10 tokens per 4s) and is drained over seconds.
+func TestRateLimitBucketExpiry(t *testing.T) {
+	forEachBuild(t, func(t *testing.T, e *env) {
+		ctx := ctxT(t, time.Minute)
+		c, _ := e.client(t)
+		key := e.k("bucket")
+		l, err := prim.New(c).RateLimiters().TokenBucket(key, 10, 10, 4*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		grants := 0
+		for end := time.Now().Add(2500 * time.Millisecond); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+			d, err := l.Allow(ctx, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !d.Allowed {
+				continue
+			}
+			grants++
+			p := e.admin.PTTL(ctx, key).Val()
+			if p < d.Reset {
+				t.Fatalf("grant %d: the key expires in %v, before the bucket is full again (%v)", grants, p, d.Reset)
+			}
+			if p > d.Reset+2*time.Second+time.Millisecond {
+				t.Fatalf("grant %d: the key expires in %v, more than 2s after the bucket is full again (%v)", grants, p, d.Reset)
+			}
+		}
+		if grants < 12 {
+			t.Fatalf("%d grants: the bucket was not drained and refilled", grants)
+		}
+	})
 }
