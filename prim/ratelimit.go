@@ -12,8 +12,9 @@ import (
 //
 // Three algorithms share one shape ([RateLimiter]) and one implementation of
 // the local parts (queue, statistics, idleness, Close); each algorithm is one
-// atomic script on one key using the server's TIME (ratelimit_*.go,
-// scripts/ratelimit_*.lua).
+// atomic script on one key on the server's clock: TIME, or for the fixed
+// window the counter's expiry (ratelimit_decide.go, scripts/ratelimit_*.lua;
+// the fixed window's INCREX fast path where the server has it).
 
 // RateLimiter is what the three limiters share: callers and the net/http
 // middleware (package prim/ratelimithttp) take any of them. *Limiter

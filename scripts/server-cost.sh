@@ -65,6 +65,15 @@ trap 'exit 130' INT TERM
 acquire=$(cat "$here/prim/scripts/fenced_acquire.lua")
 release=$(cat "$here/prim/scripts/lease_release.lua")
 renew=$(cat "$here/prim/scripts/lease_renew.lua")
+rlfixed=$(cat "$here/prim/scripts/ratelimit_fixed.lua")
+rlsliding=$(cat "$here/prim/scripts/ratelimit_sliding.lua")
+rlbucket=$(cat "$here/prim/scripts/ratelimit_bucket.lua")
+# go-redis/redis_rate's GCRA script (its Allow), for comparison: read from the
+# module cache of prim/internal/servertest (its benchmarks import it); empty
+# when Go or the module is not at hand.
+rlgcra=$(cd "$here/prim/internal/servertest" 2>/dev/null &&
+  dir=$(go list -m -f '{{.Dir}}' github.com/go-redis/redis_rate/v10 2>/dev/null) &&
+  awk '/^var allowN = redis.NewScript\(`/{on=1; next} on && /^`\)/{exit} on' "$dir/lua.go" 2>/dev/null || true)
 casdel="if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
 onecall="return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])"
 sha() { printf %s "$1" | sha1sum | cut -c1-40; }
@@ -94,7 +103,7 @@ start_server() {
     tail -20 "$work/log" >&2
     exit 1
   fi
-  for s in "$acquire" "$release" "$renew" "$casdel" "$onecall" "return 1"; do
+  for s in "$acquire" "$release" "$renew" "$casdel" "$onecall" "return 1" "$rlfixed" "$rlsliding" "$rlbucket" ${rlgcra:+"$rlgcra"}; do
     tool cli -s "$work/s" script load "$s" >/dev/null
   done
 }
@@ -215,4 +224,17 @@ if [ -z "$delifeq_refused" ]; then
   held "DELIFEQ (Valkey 9)" DELIFEQ KEY "$owner"
 else
   printf '  %-44s %8s  (%s)\n' "DELIFEQ (Valkey 9)" n/a "$(head -1 <<<"$delifeq_refused")"
+fi
+
+# One key per limiter, N grants in a row (a million permits per second: the
+# write path, with the state of a steady load: the sliding window's hash holds
+# its 10 or 11 segments, the bucket its two fields).
+echo "rate-limiter decisions (one key, N grants; a million permits per second):"
+row "prim fixed window (ratelimit_fixed.lua)" EVALSHA "$(sha "$rlfixed")" 1 RLF 1 1000000 1000
+row "prim sliding window, 10 segments" EVALSHA "$(sha "$rlsliding")" 1 RLS 1 1000000 1000 100
+row "prim token bucket (ratelimit_bucket.lua)" EVALSHA "$(sha "$rlbucket")" 1 RLB 1 1000000 1000000 1000
+if [ -n "$rlgcra" ]; then
+  row "go-redis/redis_rate GCRA Allow" EVALSHA "$(sha "$rlgcra")" 1 RLR 1000000 1000000 1 1
+else
+  printf '  %-44s %8s  (%s)\n' "go-redis/redis_rate GCRA Allow" n/a "its module is not in the Go module cache"
 fi

@@ -12,7 +12,8 @@
 -- Refill is continuous: tokens = min(limit, tokens + elapsed*rate/period). A
 -- server clock found behind the stored time (a backward jump, a failover to
 -- a server whose clock is behind) refills nothing and keeps the stored time,
--- so permits come late, never early. A refusal writes nothing (refill is a
+-- so permits come late, never early (RetryAfter and reset count the wait for
+-- the clock too). A refusal writes nothing (refill is a
 -- function of the stored pair and the time).
 -- The numbers are written as Lua numbers, which the server formats exactly
 -- (%.17g on Redis 7.0, the shortest round-trip form on later servers): the
@@ -56,26 +57,29 @@ if s[1] then
 elseif s[2] or redis.call('EXISTS', KEYS[1]) == 1 then
   return {-1, 'malformed'}
 end
+-- Times are counted from the later of now and the stored time: behind it (a
+-- backward jump) nothing refills until the server's clock passes it again.
+local from = now
+if last > now then
+  from = last
+end
 local want = n
 if n == 0 then
   want = 1
 end
 if tokens < want then
-  local retry = math.ceil((want - tokens) / per / 1000)
+  local retry = math.ceil((from - now + (want - tokens) / per) / 1000)
   if retry < 1 then
     retry = 1
   end
-  return {0, math.floor(tokens), retry, math.ceil((limit - tokens) / per / 1000)}
+  return {0, math.floor(tokens), retry, math.ceil((from - now + (limit - tokens) / per) / 1000)}
 end
 if n == 0 then
-  return {1, math.floor(tokens), 0, math.ceil((limit - tokens) / per / 1000)}
+  return {1, math.floor(tokens), 0, math.ceil((from - now + (limit - tokens) / per) / 1000)}
 end
 tokens = tokens - n
-if last < now then
-  last = now
-end
-redis.call('HSET', KEYS[1], 'tokens', tokens, 'time', last)
-local full = last + (limit - tokens) / per
+redis.call('HSET', KEYS[1], 'tokens', tokens, 'time', from)
+local full = from + (limit - tokens) / per
 local d = math.floor(full / 1000000)
 if d ~= deadline then
   redis.call('PEXPIREAT', KEYS[1], (d + 2) * 1000)

@@ -802,3 +802,57 @@ func TestRateLimitBucketExpiry(t *testing.T) {
 		}
 	})
 }
+
+// A bucket on a server whose clock went back (a restart with the clock 3s
+// behind; the state kept by the append-only file) refills nothing until the
+// clock is past the stored time again, and its RetryAfter counts that wait:
+// a retry clearly before it fails, one after it succeeds.
+func TestRateLimitBucketClockBack(t *testing.T) {
+	for _, b := range testbed.Matrix() {
+		t.Run(b, func(t *testing.T) {
+			ctx := ctxT(t, time.Minute)
+			topo := testbed.Standalone(t, b)
+			if err := topo.Restart(ctx, "n1", testbed.WithAOFOnRestart(true)); err != nil {
+				t.Fatal(err)
+			}
+			c, err := topo.Client()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			l, err := prim.New(c).RateLimiters().TokenBucket("bucket", 2, 2, time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d, err := l.Allow(ctx, 2); err != nil || !d.Allowed {
+				t.Fatalf("draining the bucket: %+v, %v", d, err)
+			}
+			if err := topo.Restart(ctx, "n1", testbed.WithClockOffset(-3*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			var d prim.Decision
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+				if d, err = l.Allow(ctx, 1); err == nil || time.Now().After(deadline) {
+					break
+				}
+			}
+			got := time.Now()
+			if err != nil || d.Allowed || !d.HasRetryAfter {
+				t.Fatalf("after the clock went back 3s: %+v, %v; want refused (the state kept)", d, err)
+			}
+			// 3s behind, less the restart's time, plus half a second's refill.
+			if d.RetryAfter < time.Second || d.RetryAfter > 3500*time.Millisecond+time.Millisecond {
+				t.Fatalf("RetryAfter %v; want the clock's lag and the refill", d.RetryAfter)
+			}
+			r := d.RetryAfter
+			time.Sleep(time.Until(got.Add(r - 400*time.Millisecond)))
+			if d, err := l.Allow(ctx, 1); err != nil || d.Allowed {
+				t.Fatalf("400ms before RetryAfter %v: %+v, %v; want refused", r, d, err)
+			}
+			time.Sleep(time.Until(got.Add(r)))
+			if d, err := l.Allow(ctx, 1); err != nil || !d.Allowed {
+				t.Fatalf("after RetryAfter %v: %+v, %v; want granted", r, d, err)
+			}
+		})
+	}
+}
