@@ -79,9 +79,10 @@ func rateWorkload(cfg LimitConfig, waitShare float64) func(ctx context.Context, 
 			var ok bool
 			var err error
 			if op.F == history.FAllowWait {
-				// A wait is bounded by two windows: time enough for permits
-				// to come back.
-				wctx, cancel := context.WithTimeout(ctx, 2*cfg.span())
+				// A wait is bounded by half a window (or period): permits
+				// come back within it, and a process does not spend the run
+				// waiting while the others hammer the key.
+				wctx, cancel := context.WithTimeout(ctx, cfg.span()/2)
 				ok, err = w.Wait(wctx, n)
 				cancel()
 			} else {

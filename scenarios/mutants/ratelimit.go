@@ -173,3 +173,24 @@ func (l slidingLimiter) Allow(ctx context.Context, n int64) (bool, error) {
 	v, err := slidingScript.Run(ctx, l.c, []string{l.key}, l.cfg.Limit, w, w/l.cfg.Segments, n, back).Int64()
 	return v == 1, err
 }
+
+// Wait implements scenarios.LimiterWaiter by polling (the correct window and
+// the mutant alike): Allow every tenth of a segment until granted or ctx
+// ends, which is a refusal. It lets the workload's allow_wait path run on an
+// implementation other than prim.
+func (l slidingLimiter) Wait(ctx context.Context, n int64) (bool, error) {
+	step := l.cfg.Window / time.Duration(l.cfg.Segments) / 10
+	for {
+		ok, err := l.Allow(ctx, n)
+		if ok || err != nil {
+			return ok, err
+		}
+		t := time.NewTimer(step)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false, nil
+		case <-t.C:
+		}
+	}
+}
