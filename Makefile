@@ -12,6 +12,12 @@ TORTURE_IMPL ?= all
 TORTURE_LONG_DURATION ?= 1m
 TORTURE_OUT ?= runs/latest
 TORTURE_FLAGS ?=
+# The default suite: every lock family, and a representative part of the
+# ratelimit family (each algorithm's baseline, one fault that must hold and
+# one hazard each); SCENARIOS=ratelimit (or any patterns) runs others, and
+# torture-long runs every scenario.
+TORTURE_SUITE ?= fenced-lock waiting-lock hash-lease ratelimit/*/baseline ratelimit/fixed/partition-client \
+	ratelimit/sliding/pause-primary ratelimit/bucket/latency ratelimit/sliding/kill-restart-noaof ratelimit/bucket/clock-skew
 BIN ?= bin
 
 # GNU make exits 2 whenever a recipe fails, whatever its status: the torture
@@ -63,8 +69,8 @@ vet:
 build: ## build bin/coordtorture and bin/fencecheck (their exit status: 0 held, 1 FAIL, 2 UNKNOWN or usage error)
 	$(GO) build -o $(BIN)/ ./cmd/coordtorture ./cmd/fencecheck
 
-torture: servers build ## the default suite: every scenario, prim and the peer libraries, on local servers (report in runs/latest)
-	@cmd='$(BIN)/coordtorture run --impl $(TORTURE_IMPL) --duration $(TORTURE_DURATION) --out $(TORTURE_OUT) $(TORTURE_FLAGS) $(SCENARIOS)'; echo "$$cmd"; set -f; $$cmd; $(coordtorture-status)
+torture: servers build ## the default suite (TORTURE_SUITE: the lock families and part of ratelimit; SCENARIOS=… for others), prim and the peer libraries, on local servers (report in runs/latest)
+	@cmd='$(BIN)/coordtorture run --impl $(TORTURE_IMPL) --duration $(TORTURE_DURATION) --out $(TORTURE_OUT) $(TORTURE_FLAGS) $(or $(SCENARIOS),$(TORTURE_SUITE))'; echo "$$cmd"; set -f; $$cmd; $(coordtorture-status)
 
 torture-long: servers build ## the suite on every fetched build, TORTURE_LONG_DURATION (1m) a scenario: about 5 hours (five builds)
 	@cmd='$(BIN)/coordtorture matrix --impl $(TORTURE_IMPL) --duration $(TORTURE_LONG_DURATION) --out runs/long $(TORTURE_FLAGS) $(SCENARIOS)'; echo "$$cmd"; set -f; $$cmd; $(coordtorture-status)

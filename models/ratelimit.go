@@ -61,9 +61,15 @@ type grant struct {
 //
 //   - fixed: at most limit per server window, so at most 2·limit within any
 //     span shorter than window − Drift;
-//   - sliding: at most limit within any span of window − window/segments −
-//     Drift;
-//   - bucket: at most burst + rate·(span + Drift)/period within any span.
+//   - sliding: at most limit within any span shorter than window − Drift.
+//     The algorithm rounds each permit's timestamp forward, to its segment's
+//     end, so a permit counts for at least a whole window after it was
+//     granted: limit+1 grants within less than a window cannot happen. (A
+//     bound of window − window/segments would let an implementation that
+//     rounds backward, to the segment's start, pass: its permits expire up to
+//     one segment early, within spans between window − segment and window.);
+//   - bucket (continuous refill): at most burst + rate·(span + Drift)/period
+//     within any span.
 //
 // A grant happened at an unknown instant between its invocation and its
 // completion, so a set of grants is counted against a span [a, b] only when
@@ -71,7 +77,14 @@ type grant struct {
 // certain whatever the instants were. Denied (fail) and unknown (info)
 // requests are not counted. O(n log n): a sweep over invocation times with a
 // Fenwick tree (windows) or a segment tree with range add and range max
-// (bucket: the best end of the span for each start).
+// (bucket: the best end of the span for each start). A limiter that broke
+// its bound is reported twice when the two differ: its worst span, and the
+// span that was complete first (a binary search over completion times,
+// O(n log² n)), whose completion is the violation's time, so that a
+// violation complete before a fault is never blamed on it.
+//
+// A history in which no request was granted has nothing to check: UNKNOWN,
+// never PASS.
 func CheckRateLimit(h *history.History, o Options) Result {
 	start := time.Now()
 	o = o.withDefaults()
@@ -102,8 +115,13 @@ func CheckRateLimit(h *history.History, o Options) Result {
 		}
 	}
 	slices.Sort(keys)
+	granted := 0
 	for _, key := range keys {
+		granted += len(grants[key])
 		checkLimiter(h, key, *cfgs[key], grants[key], int64(o.Drift), c)
+	}
+	if granted == 0 {
+		c.undecided("", fmt.Sprintf("nothing to check: none of %s was granted", Plural(n, "request")))
 	}
 	r := c.result("rate-limit", n, fmt.Sprintf("%s to %s: grants within every algorithm's bound", Plural(n, "request"), Plural(len(keys), "limiter")))
 	r.Elapsed = time.Since(start)
@@ -117,27 +135,28 @@ func checkLimiter(h *history.History, key string, cfg limiterConfig, gs []grant,
 			c.undecided(key, "limit or window_ms missing", cfg.from)
 			return
 		}
-		span, bound := cfg.window-drift-1, 2*cfg.limit // shorter than window: at most window−1ns
+		// "Shorter than window − drift": a closed span of at most that − 1ns.
+		span, bound := cfg.window-drift-1, 2*cfg.limit
 		name := fmt.Sprintf("fixed window (limit %d per %v)", cfg.limit, time.Duration(cfg.window))
 		if cfg.algo == history.AlgoSliding {
 			if cfg.segments <= 0 {
 				c.undecided(key, "segments missing for a sliding window", cfg.from)
 				return
 			}
-			span, bound = cfg.window-cfg.window/cfg.segments-drift, cfg.limit
+			span, bound = cfg.window-drift-1, cfg.limit
 			name = fmt.Sprintf("sliding window (limit %d per %v in %d segments)", cfg.limit, time.Duration(cfg.window), cfg.segments)
 		}
 		if span < 0 {
 			c.undecided(key, "the drift allowance is longer than the span the bound applies to", cfg.from)
 			return
 		}
-		windowBound(h, key, gs, span, bound, name, c)
+		report(h, key, gs, c, func(gs []grant) *overLimit { return windowBound(gs, span, bound, name) })
 	case history.AlgoBucket:
 		if cfg.burst <= 0 || cfg.rate < 0 || cfg.period <= 0 {
 			c.undecided(key, "burst, rate or period_ms missing for a token bucket", cfg.from)
 			return
 		}
-		bucketBound(h, key, gs, cfg, drift, c)
+		report(h, key, gs, c, func(gs []grant) *overLimit { return bucketBound(gs, cfg, drift) })
 	case "":
 		c.undecided(key, "no algo recorded for the limiter")
 	default:
@@ -163,11 +182,53 @@ func (f fenwick) sum(i int) int64 {
 	return s
 }
 
-// windowBound finds spans [a, a+span] (all grants invoked ≥ a and completed
-// ≤ a+span) holding more than bound permits.
-func windowBound(h *history.History, key string, gs []grant, span, bound int64, name string, c *collector) {
-	if len(gs) == 0 {
+// overLimit is a bound's violation: the worst span [a, b] and what it says.
+type overLimit struct {
+	a, b int64
+	msg  string
+}
+
+// report checks a limiter's grants with bound (nil: within the bound) and
+// records its worst span and, when another span was complete earlier, that
+// one: the earliest completion t at which the grants completed by t already
+// break the bound (binary search: a violation stays one when grants are
+// added).
+func report(h *history.History, key string, gs []grant, c *collector, bound func([]grant) *overLimit) {
+	worst := bound(gs)
+	if worst == nil {
 		return
+	}
+	rets := make([]int64, 0, len(gs))
+	for _, g := range gs {
+		rets = append(rets, g.ret)
+	}
+	slices.Sort(rets)
+	rets = slices.Compact(rets)
+	upTo := func(t int64) []grant {
+		var out []grant
+		for _, g := range gs {
+			if g.ret <= t {
+				out = append(out, g)
+			}
+		}
+		return out
+	}
+	// The smallest completion time whose prefix already violates.
+	i := sort.Search(len(rets), func(i int) bool { return bound(upTo(rets[i])) != nil })
+	if i < len(rets) && rets[i] < worst.b {
+		if first := bound(upTo(rets[i])); first != nil {
+			reportWindow(h, key, gs, first.a, first.b, "first over the bound: "+first.msg, c)
+		}
+	}
+	reportWindow(h, key, gs, worst.a, worst.b, worst.msg, c)
+}
+
+// windowBound finds spans [a, a+span] (all grants invoked ≥ a and completed
+// ≤ a+span) holding more than bound permits, and returns the worst (its end
+// the last completion in it), or nil.
+func windowBound(gs []grant, span, bound int64, name string) *overLimit {
+	if len(gs) == 0 {
+		return nil
 	}
 	rets := make([]int64, len(gs))
 	for k := range gs {
@@ -193,21 +254,37 @@ func windowBound(h *history.History, key string, gs []grant, span, bound int64, 
 			}
 		}
 	}
-	if count > 0 {
-		reportWindow(h, key, gs, worstA, addSat(worstA, span),
-			fmt.Sprintf("%s: %s granted within [%s, %s], bound %d (%s over the bound)",
-				name, Plural(worst, "permit"), fmtT(worstA), fmtT(addSat(worstA, span)), bound, Plural(count, "span")), c)
+	if count == 0 {
+		return nil
 	}
+	end := addSat(worstA, span)
+	last := worstA
+	for _, g := range gs {
+		if g.t >= worstA && g.ret <= end && g.ret > last {
+			last = g.ret
+		}
+	}
+	return &overLimit{worstA, last, fmt.Sprintf("%s: %s granted within [%s, %s] (span %v), bound %d in any span up to %v (%s over the bound)",
+		name, Plural(worst, "permit"), fmtT(worstA), fmtT(last), time.Duration(last-worstA), bound, time.Duration(span), Plural(count, "span start"))}
 }
 
 // reportWindow records one violation with (up to 20 of) the grants
-// contained in [a, b].
+// contained in [a, b]: the first 10 and the last 10 to complete, so that the
+// violation's time (its last completion) is among them.
 func reportWindow(h *history.History, key string, gs []grant, a, b int64, msg string, c *collector) {
-	var ops []*history.Operation
+	var in []grant
 	for _, g := range gs {
-		if g.t >= a && g.ret <= b && len(ops) < 20 {
-			ops = append(ops, &h.Ops[g.op])
+		if g.t >= a && g.ret <= b {
+			in = append(in, g)
 		}
+	}
+	slices.SortStableFunc(in, func(x, y grant) int { return cmp.Compare(x.ret, y.ret) })
+	if len(in) > 20 {
+		in = append(in[:10], in[len(in)-10:]...)
+	}
+	ops := make([]*history.Operation, 0, len(in))
+	for _, g := range in {
+		ops = append(ops, &h.Ops[g.op])
 	}
 	c.fail(KindOverLimit, key, msg, ops...)
 }
@@ -308,9 +385,9 @@ func (m *maxTree) max(l, r int) float64 {
 // burst + rate·(b − a + drift)/period. For each start a (descending) it
 // keeps, for every candidate end b (a completion time), C(b) − rate·b/period
 // where C(b) is the weight of the grants invoked ≥ a and completed ≤ b.
-func bucketBound(h *history.History, key string, gs []grant, cfg limiterConfig, drift int64, c *collector) {
+func bucketBound(gs []grant, cfg limiterConfig, drift int64) *overLimit {
 	if len(gs) == 0 {
-		return
+		return nil
 	}
 	perNs := float64(cfg.rate) / float64(cfg.period)
 	rets := make([]int64, len(gs))
@@ -345,7 +422,7 @@ func bucketBound(h *history.History, key string, gs []grant, cfg limiterConfig, 
 		}
 	}
 	if count == 0 {
-		return
+		return nil
 	}
 	// The best end for the worst start, directly.
 	var in []grant
@@ -373,8 +450,8 @@ func bucketBound(h *history.History, key string, gs []grant, cfg limiterConfig, 
 		}
 	}
 	span := bestB - worstA
-	reportWindow(h, key, gs, worstA, bestB,
+	return &overLimit{worstA, bestB,
 		fmt.Sprintf("token bucket (burst %d, %d per %v): %s granted within [%s, %s] (span %v), bound %.1f (%s over the bound)",
 			cfg.burst, cfg.rate, time.Duration(cfg.period), Plural(granted, "permit"), fmtT(worstA), fmtT(bestB), time.Duration(span),
-			float64(cfg.burst)+perNs*float64(span+drift), Plural(count, "span")), c)
+			float64(cfg.burst)+perNs*float64(span+drift), Plural(count, "span start"))}
 }

@@ -27,7 +27,6 @@ func grants(b *builder, op history.Op, n int, start, step, dur int64) *builder {
 
 func TestFixedWindow(t *testing.T) {
 	f := fixed("r", 2, 100) // at most 4 in any span < 100 ms
-	expect(t, rate(t, new(builder), Options{}), Pass)
 	expect(t, rate(t, grants(new(builder), f, 1, 0, 0, 1), Options{}), Pass)
 	expect(t, rate(t, grants(new(builder), f, 4, 0, m(1), m(1)), Options{}), Pass)
 	expect(t, rate(t, grants(new(builder), f, 5, 0, m(1), m(1)), Options{}), Fail, "5 permits", "bound 4")
@@ -49,13 +48,29 @@ func TestFixedWindow(t *testing.T) {
 }
 
 func TestSlidingWindow(t *testing.T) {
-	s := sliding("r", 3, 100, 4) // at most 3 in any span of 75 ms
+	s := sliding("r", 3, 100, 4) // at most 3 in any span shorter than 100 ms
 	expect(t, rate(t, grants(new(builder), s, 3, 0, m(1), m(1)), Options{}), Pass)
 	expect(t, rate(t, grants(new(builder), s, 4, 0, m(1), m(1)), Options{}), Fail, "4 permits", "bound 3")
-	// Four grants within exactly 75 ms: a violation (the span is closed).
-	expect(t, rate(t, grants(new(builder), s, 4, 0, m(24), m(3)), Options{}), Fail)
-	// Within 75 ms + 1 ns: fine.
-	expect(t, rate(t, grants(new(builder), s, 4, 0, m(24), m(3)+1), Options{}), Pass)
+	// Four grants within 100 ms − 1 ns: a violation.
+	expect(t, rate(t, grants(new(builder), s, 4, 0, m(33), m(1)-1), Options{}), Fail)
+	// Within exactly 100 ms: legal (the first permit expired at 100 ms).
+	expect(t, rate(t, grants(new(builder), s, 4, 0, m(33), m(1)), Options{}), Pass)
+	// Four grants within 80 ms: between window − segment (75 ms) and the
+	// window. Only the forward-rounding bound catches it: what a limiter
+	// that rounds timestamps backward (to the segment's start) does, whose
+	// permits expire up to a segment early.
+	expect(t, rate(t, grants(new(builder), s, 4, 0, m(26), m(2)), Options{}), Fail, "4 permits")
+	// Drift shortens the span: the same grants pass with 25 ms of drift.
+	expect(t, rate(t, grants(new(builder), s, 4, 0, m(26), m(2)), Options{Drift: 25 * time.Millisecond}), Pass)
+	// A sliding window that rounds backward, granting as its permits expire
+	// (3 at 0-1 ms stamped 0, expiring at 100 ms, then 3 more at 100-101
+	// ms) is legal; a fourth stamped back at 75 ms and granted again at
+	// 170 ms breaks the bound.
+	b := grants(new(builder), s, 3, 0, 1, m(1))
+	grants(b, s, 3, m(100), 1, m(1))
+	expect(t, rate(t, b, Options{}), Pass)
+	b.ok(7, m(176), m(177), s)
+	expect(t, rate(t, b, Options{}), Fail, "4 permits")
 }
 
 func TestTokenBucket(t *testing.T) {
@@ -77,6 +92,36 @@ func TestTokenBucket(t *testing.T) {
 	// Long, overlapping requests are not counted against a short span.
 	slow := grants(new(builder), tb, 10, 0, 1, m(100))
 	expect(t, rate(t, slow, Options{}), Pass)
+}
+
+// Nothing granted: nothing to check, never PASS.
+func TestRateLimitNothingGranted(t *testing.T) {
+	expect(t, rate(t, new(builder), Options{}), Unknown, "nothing to check")
+	b := new(builder).fail(1, 0, 1, fixed("r", 2, 100)).info(2, 0, 1, fixed("r", 2, 100))
+	expect(t, rate(t, b, Options{}), Unknown, "nothing to check")
+}
+
+// A limiter over its bound twice: the first violation's time is when it was
+// first complete (a fault after it cannot explain it), and the evidence
+// holds the grant that completed it.
+func TestRateLimitFirstViolation(t *testing.T) {
+	f := fixed("r", 1, 100)                        // at most 2 in any span < 100 ms
+	b := grants(new(builder), f, 3, 0, m(1), m(1)) // over at 3 ms
+	grants(b, f, 30, m(500), m(1), m(1))           // far worse at 500-530 ms
+	r := rate(t, b, Options{})
+	expect(t, r, Fail, "first over the bound")
+	if got := r.Earliest[KindOverLimit]; got != m(3) {
+		t.Fatalf("earliest %s, want 3ms", fmtT(got))
+	}
+	for _, e := range r.Evidence {
+		if len(e.Ops) > 20 {
+			t.Fatalf("%d operations in the evidence", len(e.Ops))
+		}
+	}
+	last := r.Evidence[len(r.Evidence)-1]
+	if got := last.Ops[len(last.Ops)-1].Return; got != m(530) {
+		t.Fatalf("the worst span's evidence ends at %s, want its last grant (530ms)", fmtT(got))
+	}
 }
 
 func TestRateLimitConfiguration(t *testing.T) {

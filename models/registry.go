@@ -107,7 +107,8 @@ func Checkers() []Checker {
 		{
 			Name: "rate-limit",
 			Doc: "allow, allow_wait (algo, limit, window_ms, segments, burst, rate, period_ms): fixed <= 2*limit\n" +
-				"in any span < window; sliding <= limit in any span of window - segment; bucket <= burst + rate*span.",
+				"in any span < window; sliding <= limit in any span < window (timestamps rounded forward);\n" +
+				"bucket (continuous refill) <= burst + rate*span/period; nothing granted: nothing to check.",
 			Applies: hasF(history.FAllow, history.FAllowWait),
 			Check:   CheckRateLimit,
 		},
@@ -120,7 +121,7 @@ func Checkers() []Checker {
 		},
 		{
 			Name: "progress",
-			Doc: "acquire, acquire_wait, renew, verify, release, nemesis: in each healthy period (before the first\n" +
+			Doc: "acquire, acquire_wait, renew, verify, release, allow, allow_wait, nemesis: in each healthy period (before the first\n" +
 				"fault, from --recover-bound after each heal) at least half of each kind is answered (ok, or fail\n" +
 				"without an error); a server refusal (MOVED, OOM...) or info is not an answer.",
 			Applies: hasProgressOps,

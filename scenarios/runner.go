@@ -86,6 +86,14 @@ type External struct {
 // Waiter. A workload that calls prim directly would test prim and pass the
 // mutant.
 func (s *Scenario) Supports(impl string) bool {
+	if s.Algo != "" {
+		// A rate limiter scenario runs the implementations of its algorithm.
+		l, ok := lookupLimiter(impl)
+		return ok && slices.Contains(l.Algos(), s.Algo)
+	}
+	if _, ok := limiterImpls[impl]; ok {
+		return false // a rate limiter mutant is no lock
+	}
 	if m, mutant := extraImpls[impl]; mutant {
 		if s.Waits {
 			_, ok := m.(Waiter)
@@ -200,9 +208,23 @@ type Outcome struct {
 // start); a run whose checkers found violations returns an Outcome.
 func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	cfg.defaults()
-	impl, err := NewImpl(cfg.Impl)
-	if err != nil {
-		return nil, err
+	var impl LockImpl
+	var limiter LimiterImpl
+	if s.Algo != "" {
+		l, ok := lookupLimiter(cfg.Impl)
+		if !ok {
+			return nil, fmt.Errorf("scenarios: %s runs rate limiters; %q is none (%v, or a mutant: %v)", s.Name, cfg.Impl,
+				limiterImplsFor(s.Algo), LimiterMutants())
+		}
+		if !slices.Contains(l.Algos(), s.Algo) {
+			return nil, fmt.Errorf("scenarios: %s is a %s limiter scenario; %s implements %v", s.Name, s.Algo, l.Name(), l.Algos())
+		}
+		limiter, impl = l, asLock{l}
+	} else {
+		var err error
+		if impl, err = NewImpl(cfg.Impl); err != nil {
+			return nil, err
+		}
 	}
 	supported := s.Supports(impl.Name())
 	if !supported {
@@ -217,12 +239,15 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	if err := s.Runnable(cfg.External != nil); err != nil {
 		return nil, fmt.Errorf("scenarios: %w", err)
 	}
-	env := &Env{Impl: impl, Seed: cfg.Seed, TTL: cfg.TTL, Log: cfg.Logger,
+	env := &Env{Impl: impl, Limiter: limiter, Seed: cfg.Seed, TTL: cfg.TTL, Log: cfg.Logger,
 		Resource: &Resource{Fencing: impl.Fenced()}}
 	if r, ok := impl.(interface{ ResourceFencing() bool }); ok {
 		env.Resource.Fencing = r.ResourceFencing()
 	}
 	if l, ok := impl.(interface{ setLogger(*slog.Logger) }); ok {
+		l.setLogger(cfg.Logger)
+	}
+	if l, ok := limiter.(interface{ setLogger(*slog.Logger) }); ok {
 		l.setLogger(cfg.Logger)
 	}
 	buildName, provider, target := "", "local", ""
@@ -248,8 +273,10 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 		}
 		defer topo.Close()
 		env.Topo, buildName = topo, topo.Build.Name
-		if env.Resource, err = startResource(ctx, topo, cfg.Clients, env.Resource.Fencing); err != nil {
-			return nil, err
+		if s.Algo == "" { // a rate limiter protects no resource
+			if env.Resource, err = startResource(ctx, topo, cfg.Clients, env.Resource.Fencing); err != nil {
+				return nil, err
+			}
 		}
 		for i := 0; i < cfg.Clients; i++ {
 			// A 250ms read/write timeout (the default is 3s) makes lost

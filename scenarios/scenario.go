@@ -131,6 +131,10 @@ type Scenario struct {
 	// leaks property to every scenario of a family that leaves leases on the
 	// server (fenced-lock, waiting-lock, hash-lease).
 	NoLeakScan string
+	// Algo, for a ratelimit scenario, is the algorithm its limiters
+	// implement (history.AlgoFixed…): the workload drives a LimiterImpl
+	// (Env.Limiter), and only the implementations of that algorithm run it.
+	Algo string
 	// Verify holds the scenario's own checks, by property name, for what a
 	// history cannot show (the server's state after the run); the other
 	// properties name checkers of package models.
@@ -143,10 +147,13 @@ type Verify func(ctx context.Context, env *Env, h *history.History) models.Resul
 
 // Env is what a workload and a nemesis act on.
 type Env struct {
-	Topo     *testbed.Topology
-	Rec      *history.Recorder
-	Clients  []redis.UniversalClient // one per process, each its own peer ("c0", "c1"…)
-	Impl     LockImpl
+	Topo    *testbed.Topology
+	Rec     *history.Recorder
+	Clients []redis.UniversalClient // one per process, each its own peer ("c0", "c1"…)
+	Impl    LockImpl
+	// Limiter is the rate limiter implementation under test (ratelimit
+	// scenarios; nil otherwise).
+	Limiter  LimiterImpl
 	Resource *Resource
 	Seed     int64
 	TTL      time.Duration

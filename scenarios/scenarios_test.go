@@ -284,11 +284,17 @@ func TestRegistryComplete(t *testing.T) {
 		"fenced-lock/failover-cluster-takeover", "fenced-lock/failover-cluster-force", "fenced-lock/promote-replica",
 		"fenced-lock/split-brain",
 	}
+	for _, algo := range []string{"fixed", "sliding", "bucket"} {
+		for _, fault := range []string{"baseline", "partition-client", "latency", "pause-primary", "kill-restart-noaof",
+			"failover-forced", "clock-skew", "clock-skew-back", "baseline-cluster"} {
+			want = append(want, "ratelimit/"+algo+"/"+fault)
+		}
+	}
 	have := map[string]bool{}
 	for _, s := range scenarios.All() {
 		have[s.Name] = true
 		family := s.Name[:strings.Index(s.Name, "/")]
-		if family != "fenced-lock" && family != "waiting-lock" && family != "hash-lease" {
+		if family != "fenced-lock" && family != "waiting-lock" && family != "hash-lease" && family != "ratelimit" {
 			t.Errorf("%s: family %q has no test that runs it", s.Name, family)
 		}
 		if s.Summary == "" || len(s.Properties) == 0 || s.Workload == nil {
@@ -300,7 +306,7 @@ func TestRegistryComplete(t *testing.T) {
 			t.Errorf("scenario %s is not registered", n)
 		}
 	}
-	if ss, err := scenarios.Match([]string{"*-cluster"}); err != nil || len(ss) != 6 {
+	if ss, err := scenarios.Match([]string{"*-cluster"}); err != nil || len(ss) != 9 {
 		t.Errorf("*-cluster matches %d scenarios, %v", len(ss), err)
 	}
 }
@@ -397,5 +403,107 @@ func TestLockScenariosJudgeLeaks(t *testing.T) {
 		if !slices.ContainsFunc(s.Properties, func(p scenarios.Property) bool { return p.Checker == "leaks" }) {
 			t.Errorf("%s: no leaks property", s.Name)
 		}
+	}
+}
+
+// rateHazards are the ratelimit scenarios that must show their hazard
+// (over-limit after a proven loss or clock jump) with prim.
+var rateHazards = map[string]bool{
+	"ratelimit/fixed/kill-restart-noaof":   true,
+	"ratelimit/sliding/kill-restart-noaof": true,
+	"ratelimit/bucket/kill-restart-noaof":  true,
+	"ratelimit/sliding/failover-forced":    true,
+	"ratelimit/bucket/failover-forced":     true,
+	"ratelimit/sliding/clock-skew":         true,
+	"ratelimit/bucket/clock-skew":          true,
+}
+
+// TestRateLimitScenarios runs every ratelimit scenario briefly with prim:
+// the bound must hold where it must, and the hazard scenarios must show the
+// hazard with its proven effect (the fixed window's failover may not: its
+// own bound absorbs one window's loss, as its summary says).
+func TestRateLimitScenarios(t *testing.T) {
+	ss, _ := scenarios.Match([]string{"ratelimit"})
+	if len(ss) < 27 {
+		t.Fatalf("the ratelimit family has %d scenarios", len(ss))
+	}
+	for _, s := range ss {
+		t.Run(s.Name, func(t *testing.T) {
+			out := run(t, s.Name, "prim", 1)
+			if out.Verdict == scenarios.Fail || out.Verdict == scenarios.Unknown {
+				t.Fatalf("%s: %s %s", s.Name, out.Verdict, out.Error)
+			}
+			if out.Ops < 50 {
+				t.Fatalf("only %d operations: the workload did not run", out.Ops)
+			}
+			// (A run with nothing granted has nothing to check: its
+			// rate-limit property is UNKNOWN, refused above.)
+			if rateHazards[s.Name] {
+				if v := verdictOf(out, "rate-limit"); v != scenarios.Hazard {
+					t.Fatalf("%s: rate-limit is %s; the scenario must show the hazard", s.Name, v)
+				}
+				// The evidence: an over-limit span, marked as the hazard.
+				for _, r := range out.Results {
+					if r.Checker == "rate-limit" && (len(r.Result.Evidence) == 0 || !r.Result.Evidence[0].Hazard ||
+						!strings.Contains(r.Result.Evidence[0].Msg, "granted within") || len(r.Result.Evidence[0].Ops) == 0) {
+						t.Fatalf("%s: the hazard's evidence is missing: %+v", s.Name, r.Result.Evidence)
+					}
+				}
+			}
+			checkHazardAccounted(t, s, out)
+		})
+	}
+}
+
+// TestRateLimitPeers: the rate limiter libraries pass the baseline of their
+// algorithm, and run nowhere else.
+func TestRateLimitPeers(t *testing.T) {
+	for _, tc := range []struct{ impl, scenario string }{
+		{"redis_rate", "ratelimit/bucket/baseline"},
+		{"ulule", "ratelimit/fixed/baseline"},
+	} {
+		t.Run(tc.impl, func(t *testing.T) {
+			if out := run(t, tc.scenario, tc.impl, 1); out.Verdict != scenarios.Pass {
+				t.Fatalf("%s on %s: %s", tc.impl, tc.scenario, out.Verdict)
+			}
+		})
+	}
+}
+
+// TestLimitersRunOnlyTheirAlgorithm: a rate limiter implementation runs only
+// the scenarios of the algorithms it implements, and no lock scenario; a lock
+// implementation runs no ratelimit scenario. Refused, never a fake PASS.
+func TestLimitersRunOnlyTheirAlgorithm(t *testing.T) {
+	for _, tc := range []struct {
+		scenario, impl string
+		ok             bool
+	}{
+		{"ratelimit/bucket/baseline", "redis_rate", true},
+		{"ratelimit/fixed/baseline", "redis_rate", false},
+		{"ratelimit/sliding/baseline", "redis_rate", false},
+		{"ratelimit/fixed/baseline", "ulule", true},
+		{"ratelimit/bucket/baseline", "ulule", false},
+		{"ratelimit/sliding/baseline", "prim", true},
+		{"ratelimit/fixed/baseline", "redislock", false},
+		{"ratelimit/fixed/baseline", "mutant-release-without-owner-check", false},
+		{"fenced-lock/baseline", "redis_rate", false},
+		{"fenced-lock/baseline", "ulule", false},
+		{"hash-lease/baseline", "redis_rate", false},
+	} {
+		ss, _ := scenarios.Match([]string{tc.scenario})
+		if got := ss[0].Supports(tc.impl); got != tc.ok {
+			t.Errorf("%s supports %s: %v, want %v", tc.scenario, tc.impl, got, tc.ok)
+		}
+		if !tc.ok {
+			if _, err := scenarios.Run(context.Background(), ss[0], scenarios.Config{Impl: tc.impl}); err == nil {
+				t.Errorf("%s ran on %s", tc.scenario, tc.impl)
+			}
+		}
+	}
+	if err := scenarios.ValidImpl("redis_rate"); err != nil {
+		t.Error(err)
+	}
+	if err := scenarios.ValidImpl("no-such-limiter"); err == nil {
+		t.Error("an unknown implementation is valid")
 	}
 }

@@ -154,7 +154,8 @@ func (f *runFlags) register(fs *flag.FlagSet, cmd string) {
 	str(forRun|forReplay, &f.user, "user", "", "external: ACL user name (password from $COORDTORTURE_PASSWORD)")
 	boolean(forRun|forReplay, &f.tls, "tls", "external: connect with TLS")
 	str(forRun|forMatrix, &f.impl, "impl", "prim", "implementation(s) under test, comma-separated, or all (prim and the peers; each runs the scenarios that apply to it): prim, "+strings.Join(scenarios.Peers, ", ")+
-		", or a deliberately broken one the checkers must catch: "+strings.Join(scenarios.Mutants(), ", "))
+		" (locks), "+strings.Join(scenarios.LimiterPeers, ", ")+" (rate limiters), or a deliberately broken one the checkers must catch: "+
+		strings.Join(append(scenarios.Mutants(), scenarios.LimiterMutants()...), ", "))
 	str(all, &f.out, "out", "", "output directory (default runs/<time>)")
 	dur(forRun|forMatrix, &f.duration, "duration", 10*time.Second, "workload duration per scenario")
 	dur(all, &f.ttl, "ttl", 500*time.Millisecond, "lock lease duration")
@@ -363,10 +364,10 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 	}
 	impls := strings.Split(f.impl, ",")
 	if f.impl == "all" {
-		impls = scenarios.AllImpls()
+		impls = scenarios.EveryImpl()
 	}
 	for _, i := range impls {
-		if _, err := scenarios.NewImpl(i); err != nil {
+		if err := scenarios.ValidImpl(i); err != nil {
 			fmt.Fprintln(stderr, "coordtorture:", err)
 			return 2
 		}

@@ -1,0 +1,80 @@
+package mutants_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coordtorture/coordtorture/scenarios"
+	"github.com/coordtorture/coordtorture/scenarios/mutants"
+)
+
+func init() {
+	// The correct sliding window the backward-rounding mutant breaks: the
+	// same script, timestamps rounded forward (as prim does).
+	scenarios.RegisterLimiterImpl(mutants.SlidingWindow{})
+}
+
+// runScenario runs a ratelimit scenario on a real server with impl.
+func runScenario(t *testing.T, name, impl string) *scenarios.Outcome {
+	t.Helper()
+	ss, err := scenarios.Match([]string{name})
+	if err != nil || len(ss) != 1 {
+		t.Fatalf("%s: %v %v", name, ss, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := scenarios.Run(ctx, ss[0], scenarios.Config{Build: build(), Duration: 4 * time.Second, Seed: 1, Impl: impl, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range out.Results {
+		t.Logf("%s %s/%s: %-7s %s", impl, name, r.Checker, r.Verdict, r.Result.Summary)
+	}
+	return out
+}
+
+// TestLimiterMutantsFail: each rate limiter mutant breaks its algorithm's
+// bound in that algorithm's baseline (FAIL, with an over-limit span as
+// evidence), where prim and the correct implementation beside the mutant
+// pass.
+func TestLimiterMutantsFail(t *testing.T) {
+	for _, tc := range []struct {
+		scenario, mutant string
+		correct          []string
+	}{
+		{"ratelimit/fixed/baseline", "mutant-limiter-client-clock", []string{"ulule", "prim"}},
+		{"ratelimit/fixed/baseline", "mutant-limiter-read-then-write", nil},
+		{"ratelimit/sliding/baseline", "mutant-sliding-rounds-backward", []string{"reference-sliding-rounds-forward", "prim"}},
+	} {
+		t.Run(tc.mutant, func(t *testing.T) {
+			out := runScenario(t, tc.scenario, tc.mutant)
+			var rl *scenarios.PropertyResult
+			for k := range out.Results {
+				if out.Results[k].Checker == "rate-limit" {
+					rl = &out.Results[k]
+				}
+			}
+			if rl == nil || rl.Verdict != scenarios.Fail || len(rl.Result.Evidence) == 0 ||
+				!strings.Contains(rl.Result.Evidence[0].Msg, "granted within") {
+				t.Fatalf("%s on %s: the mutant was not flagged: %+v", tc.mutant, tc.scenario, rl)
+			}
+			for _, impl := range tc.correct {
+				if out := runScenario(t, tc.scenario, impl); out.Verdict != scenarios.Pass {
+					t.Fatalf("%s on %s: %s, want PASS", impl, tc.scenario, out.Verdict)
+				}
+			}
+		})
+	}
+}
+
+// TestLimiterMutantFailsInHazardScenario: in a scenario whose restarts lose
+// grants (HAZARD for a correct limiter), a mutant's over-admission from the
+// start, before any restart, is not the hazard: FAIL.
+func TestLimiterMutantFailsInHazardScenario(t *testing.T) {
+	out := runScenario(t, "ratelimit/fixed/kill-restart-noaof", "mutant-limiter-client-clock")
+	if out.Verdict != scenarios.Fail || out.Hazard != "failed" {
+		t.Fatalf("verdict %s, hazard %q: want FAIL, the violations before the first restart are no hazard", out.Verdict, out.Hazard)
+	}
+}
