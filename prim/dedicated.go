@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -36,9 +37,27 @@ type fenceConn struct {
 	node  *redis.Client
 }
 
-type fencePool struct{ client redis.UniversalClient }
+type fencePool struct {
+	client redis.UniversalClient
+	// first holds, per node client, the gate of its first dedicated
+	// connection (see firstConn).
+	first sync.Map // *redis.Client -> *firstGate
+}
 
 func newFencePool(c redis.UniversalClient) *fencePool { return &fencePool{client: c} }
+
+// firstGate lets one dedicated connection of a node be opened at a time until
+// one of them has had a reply. go-redis v9.23's Conn() shares the client's
+// *Options with the client but not the lock that guards them, and a
+// connection's set-up writes them once when the server refuses the
+// maintenance-notifications handshake (redis-8.0, valkey-8.1 over RESP3): two
+// first connections set up at once are a data race inside go-redis. After one
+// reply the options are settled (nothing writes them again) and connections
+// open freely.
+type firstGate struct {
+	mu   sync.Mutex
+	done atomic.Bool
+}
 
 // nodeFor returns the client for the node that serves key.
 func (p *fencePool) nodeFor(ctx context.Context, key string) (*redis.Client, error) {
@@ -86,6 +105,21 @@ func (p *fencePool) get(ctx context.Context, key string) (*fenceConn, error) {
 
 // on takes a dedicated connection to node and reads its identity.
 func (p *fencePool) on(ctx context.Context, node *redis.Client) (*fenceConn, error) {
+	g, _ := p.first.LoadOrStore(node, &firstGate{})
+	if gate := g.(*firstGate); !gate.done.Load() {
+		gate.mu.Lock()
+		defer gate.mu.Unlock()
+		fc, err := p.open(ctx, node)
+		if err == nil || errorReply(err) {
+			gate.done.Store(true) // the server answered: the set-up ran
+		}
+		return fc, err
+	}
+	return p.open(ctx, node)
+}
+
+// open opens a dedicated connection to node and learns its identity.
+func (p *fencePool) open(ctx context.Context, node *redis.Client) (*fenceConn, error) {
 	conn := node.Conn()
 	fc := &fenceConn{conn: conn, node: node}
 	info, err := conn.Do(ctx, "CLIENT", "INFO").Text()
