@@ -6,10 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // ---- rate limiters: Wait's local queue, Stats, IdleDuration, Close -----------
@@ -366,17 +363,13 @@ func retryDelay(d Decision, failures int) time.Duration {
 	return b/2 + rand.N(b/2+1)
 }
 
-// permanent reports errors that retrying does not cure.
+// permanent reports errors that retrying does not cure: a bad state or
+// argument, a key of another type (the scripts report it as a reply, not as a
+// WRONGTYPE error), an ACL refusal (NOPERM, or "ACL failure in script" from a
+// script on Redis 7+; serverError maps both to ErrNoPermission).
 func permanent(err error) bool {
-	if errors.Is(err, ErrLimiterState) || errors.Is(err, ErrInvalidArgument) {
-		return true
-	}
-	var re redis.Error
-	if errors.As(err, &re) {
-		msg := re.Error()
-		return strings.HasPrefix(msg, "WRONGTYPE") || strings.HasPrefix(msg, "NOPERM")
-	}
-	return false
+	return errors.Is(err, ErrLimiterState) || errors.Is(err, ErrInvalidArgument) ||
+		errors.Is(err, ErrWrongType) || errors.Is(err, ErrNoPermission)
 }
 
 // begin counts a decision in flight outside the queue (IdleDuration is zero

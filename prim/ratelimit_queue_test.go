@@ -602,3 +602,52 @@ func TestWaitZero(t *testing.T) {
 		}
 	})
 }
+
+// TestWaitEndsOnPermanentErrors: a queued Wait ends promptly with the error
+// its doc names when the limiter's key turns into another type (ErrWrongType,
+// which the scripts report as {-1,'wrongtype'}) or its ACL user loses a
+// command the script needs (ErrNoPermission, "ERR ACL failure in script" on
+// Redis 7+): retrying cures neither.
+func TestWaitEndsOnPermanentErrors(t *testing.T) {
+	forEachServer(t, false, func(t *testing.T, c *Coordinator, admin *redis.Client) {
+		for _, algo := range queueAlgos {
+			t.Run("wrongtype/"+string(algo), func(t *testing.T) {
+				l := queueLimiter(t, c, algo, "perm:wt:"+string(algo), 300*time.Millisecond, WithQueue(1, OldestFirst))
+				exhaust(t, l)
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				out := make(chan waitOutcome, 1)
+				enqueue(t, ctx, l, "A", 1, out)
+				if err := admin.Del(ctx, l.Key()).Err(); err != nil {
+					t.Fatal(err)
+				}
+				if err := admin.LPush(ctx, l.Key(), "x").Err(); err != nil {
+					t.Fatal(err)
+				}
+				if o := recvOutcome(t, out, 5*time.Second); !errors.Is(o.err, ErrWrongType) || o.d.Allowed {
+					t.Fatalf("queued Wait on a list: %+v, %v; want ErrWrongType", o.d, o.err)
+				}
+			})
+		}
+		t.Run("acl/bucket", func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			user := "nohset"
+			if err := admin.Do(ctx, "ACL", "SETUSER", user, "reset", "on", ">pw", "~*", "&*", "+@all").Err(); err != nil {
+				t.Fatal(err)
+			}
+			uc := redis.NewClient(&redis.Options{Addr: admin.Options().Addr, Username: user, Password: "pw"})
+			t.Cleanup(func() { uc.Close() })
+			l := queueLimiter(t, New(uc), AlgoTokenBucket, "perm:acl", 300*time.Millisecond, WithQueue(1, OldestFirst))
+			exhaust(t, l)
+			out := make(chan waitOutcome, 1)
+			enqueue(t, ctx, l, "A", 1, out)
+			if err := admin.Do(ctx, "ACL", "SETUSER", user, "-hset").Err(); err != nil {
+				t.Fatal(err)
+			}
+			if o := recvOutcome(t, out, 5*time.Second); !errors.Is(o.err, ErrNoPermission) || o.d.Allowed {
+				t.Fatalf("queued Wait refused by ACL: %+v, %v; want ErrNoPermission", o.d, o.err)
+			}
+		})
+	})
+}
