@@ -73,8 +73,9 @@ func (l *CountdownLatch) Generation() string { return l.gen }
 // signals to wait for (count 0: already complete). If a latch exists at key it
 // fails with ErrLatchExists and writes nothing. An empty key (ErrEmptyKey) or
 // a negative count (ErrInvalidCount) fails before anything is sent; a key of
-// another type fails with ErrWrongType, nothing written. An outcome hidden by
-// ctx's end matches ErrUncertain: the latch may exist.
+// another type fails with ErrWrongType, nothing written. The script is sent
+// once, never resent: an outcome hidden by ctx's end or a lost reply matches
+// ErrUncertain (the latch may exist; JoinCountdownLatch reads what is there).
 func (c *Coordinator) CreateCountdownLatch(ctx context.Context, key string, count int64) (*CountdownLatch, error) {
 	return c.setLatch(ctx, key, count, "create")
 }
@@ -84,7 +85,9 @@ func (c *Coordinator) CreateCountdownLatch(ctx context.Context, key string, coun
 // unique generation of count signals. Waiters of the old generation wake and
 // return false; its late signals return -1 and cannot touch the new count. A
 // key-level expiry the caller set on the key is kept. Errors are those of
-// CreateCountdownLatch, without ErrLatchExists.
+// CreateCountdownLatch, without ErrLatchExists; a reset is never resent either
+// (a resend could overwrite a newer generation), so a lost reply matches
+// ErrUncertain: the new generation may or may not be in place.
 func (c *Coordinator) ResetCountdownLatch(ctx context.Context, key string, count int64) (*CountdownLatch, error) {
 	return c.setLatch(ctx, key, count, "reset")
 }
@@ -97,10 +100,12 @@ func (c *Coordinator) setLatch(ctx context.Context, key string, count int64, mod
 		return nil, invalid(ErrInvalidCount, strconv.FormatInt(count, 10))
 	}
 	l := &CountdownLatch{c: c, key: c.key(key), gen: newOwnerToken()}
-	// The script recognises its own generation, so go-redis may resend it
-	// after a lost reply: the resend answers the true outcome.
+	// Sent once, never resent: a resend after a lost reply recognises only
+	// its own generation, so if another reset replaced it meanwhile the
+	// resend would write this older generation over the newer one. A lost
+	// reply is ErrUncertain.
 	r, cerr := bounded(ctx, func(ctx context.Context) sliceResult {
-		v, err := evalScript(ctx, c.client, scriptLatchSet, true, []string{l.key}, l.gen, count, mode).Slice()
+		v, err := evalScript(ctx, c.client, scriptLatchSet, false, []string{l.key}, l.gen, count, mode).Slice()
 		return sliceResult{v, err}
 	}, nil)
 	if cerr == nil && r.err != nil && uncertain(r.err) {
