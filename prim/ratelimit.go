@@ -100,9 +100,10 @@ func (o QueueOrder) String() string {
 // LimiterOption configures a rate limiter.
 type LimiterOption func(*limiterConfig)
 
-// WithQueue sets the local queue of Wait: at most limit permits wait at once
-// (default 0: Wait does not queue, it answers at once as Allow does, with
-// ErrQueueFull when the request is refused), served in the given order.
+// WithQueue sets the local queue of Wait: at most limit permits wait at once,
+// a request for zero permits taking the room of one (default 0: Wait does not
+// queue, it answers at once as Allow does, with ErrQueueFull when the request
+// is refused), served in the given order.
 func WithQueue(limit int64, order QueueOrder) LimiterOption {
 	return func(c *limiterConfig) { c.queueLimit, c.order = limit, order }
 }
@@ -273,7 +274,8 @@ type limiterState struct {
 	mu        sync.Mutex
 	granted   int64
 	rejected  int64
-	queued    int64
+	queued    int64 // permits queued (Stats)
+	room      int64 // queue room taken: max(n, 1) per queued request
 	available int64
 	lastUsed  time.Time
 	closed    bool
