@@ -93,7 +93,10 @@ func WithWait(maxWait time.Duration) Option {
 }
 
 // WithWeight sets the number of permits a request takes (default 1). A
-// negative weight is a limiter error (prim.ErrNegativePermits).
+// negative weight (e.g. r.ContentLength, -1 for a chunked body) is the
+// request's error, handled as a key error before any limiter is asked: the
+// key-error handler gets an error matching prim.ErrNegativePermits (default
+// 400), with or without WithFailOpen, and nothing is logged.
 func WithWeight(f func(*http.Request) int64) Option { return func(c *config) { c.weight = f } }
 
 // WithFailOpen passes requests on to the next handler, unlimited, when no
@@ -125,7 +128,8 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l }
 func WithLimitedHandler(h http.Handler) Option { return func(c *config) { c.limited = h } }
 
 // WithKeyErrorHandler writes the response to a request whose key could not be
-// computed. Default: 400 Bad Request.
+// computed, or whose weight (WithWeight) is negative (the error matches
+// prim.ErrNegativePermits). Default: 400 Bad Request.
 func WithKeyErrorHandler(f func(http.ResponseWriter, *http.Request, error)) Option {
 	return func(c *config) { c.keyError = f }
 }
@@ -186,6 +190,12 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 		n := int64(1)
 		if m.cfg.weight != nil {
 			n = m.cfg.weight(r)
+		}
+		if n < 0 {
+			// The request's error, not the limiter's: never passed on
+			// (whatever WithFailOpen says), never logged as a failure.
+			m.cfg.keyError(w, r, fmt.Errorf("ratelimithttp: request weight %d: %w", n, prim.ErrNegativePermits))
+			return
 		}
 		e, err := m.acquire(key)
 		if err != nil {
