@@ -154,20 +154,9 @@ type RateLimiters struct {
 	c *Coordinator
 }
 
-// rateLimiters is the factory of each Coordinator (views share nothing but the
-// client and the capability record, which the factory reads through c).
-var rateLimitersMu sync.Mutex
-
 // RateLimiters returns the Coordinator's rate-limiter factory (the same one at
-// every call). It sends nothing.
-func (c *Coordinator) RateLimiters() *RateLimiters {
-	rateLimitersMu.Lock()
-	defer rateLimitersMu.Unlock()
-	if c.limiters == nil {
-		c.limiters = &RateLimiters{c: c}
-	}
-	return c.limiters
-}
+// every call; each prefixed view has its own). It sends nothing.
+func (c *Coordinator) RateLimiters() *RateLimiters { return c.limiters }
 
 // Limiter is a rate limiter made by [RateLimiters]; it implements
 // [RateLimiter]. It is safe for concurrent use.
