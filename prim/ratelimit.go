@@ -56,6 +56,12 @@ type Decision struct {
 	served bool
 }
 
+// Served reports that the server made the decision, so Remaining and Reset
+// are the server's computation. A request for more permits than the limit is
+// refused locally (nothing sent): it carries only Limit, and Remaining and
+// Reset are zero values, not the server's state.
+func (d Decision) Served() bool { return d.served }
+
 // LimiterStats are one limiter's local statistics.
 type LimiterStats struct {
 	// Granted and Rejected count this limiter's decisions (requests, not

@@ -12,10 +12,11 @@
 // A request that is refused gets 429 Too Many Requests with Retry-After (whole
 // seconds, rounded up) when the limiter computed when it may succeed; with
 // WithWait the request waits in the limiter's queue instead (prim's Wait,
-// bounded by the request's context and WithWait's limit). Every decided
-// request gets the RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset
-// headers of the IETF draft "RateLimit header fields for HTTP" (Reset in whole
-// seconds, rounded up).
+// bounded by the request's context and WithWait's limit). Every request the
+// server decided gets the RateLimit-Limit, RateLimit-Remaining and
+// RateLimit-Reset headers of the IETF draft "RateLimit header fields for HTTP"
+// (Reset in whole seconds, rounded up); a request heavier than the limit,
+// refused without asking the server, gets RateLimit-Limit only.
 //
 // When no decision can be had (the limiter fails: Redis unreachable, a
 // timeout; the factory fails; every limiter slot is busy) the request is
@@ -259,12 +260,17 @@ func (m *Middleware) failed(w http.ResponseWriter, r *http.Request, next http.Ha
 	http.Error(w, http.StatusText(http.StatusServiceUnavailable), http.StatusServiceUnavailable)
 }
 
-// setHeaders sets the RateLimit-* headers the decision carries.
+// setHeaders sets the RateLimit-* headers the decision carries:
+// RateLimit-Remaining and RateLimit-Reset only for a decision the server made
+// (a request over the limit, refused locally, knows neither).
 func setHeaders(h http.Header, d prim.Decision) {
 	if d.Limit <= 0 {
 		return
 	}
 	h.Set("RateLimit-Limit", strconv.FormatInt(d.Limit, 10))
+	if !d.Served() {
+		return
+	}
 	h.Set("RateLimit-Remaining", strconv.FormatInt(max(d.Remaining, 0), 10))
 	h.Set("RateLimit-Reset", strconv.FormatInt(ceilSeconds(d.Reset), 10))
 }

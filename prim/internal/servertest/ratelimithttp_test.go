@@ -465,6 +465,12 @@ func TestMiddlewareWeight(t *testing.T) {
 		if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "" {
 			t.Fatalf("weight 6 over a limit of 5: %s, Retry-After %q (want 429 without)", resp.Status, resp.Header.Get("Retry-After"))
 		}
+		// The server made no decision: the limit is known, the remaining
+		// count and reset are not.
+		if h := resp.Header; h.Get("RateLimit-Limit") != "5" || h.Get("RateLimit-Remaining") != "" || h.Get("RateLimit-Reset") != "" {
+			t.Fatalf("weight 6 over a limit of 5: RateLimit-Limit %q, -Remaining %q, -Reset %q; want 5 and no others",
+				h.Get("RateLimit-Limit"), h.Get("RateLimit-Remaining"), h.Get("RateLimit-Reset"))
+		}
 		if resp := get(t, srv.URL, "-1"); resp.StatusCode != http.StatusBadRequest {
 			t.Fatalf("negative weight: %s, want 400", resp.Status)
 		}
