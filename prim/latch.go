@@ -29,6 +29,12 @@ var ErrLatchExists = errors.New("prim: a countdown latch already exists at the k
 // written.
 var ErrLatchCompleted = errors.New("prim: the countdown latch generation is already complete")
 
+// ErrLatchState is returned by Wait, Count and JoinCountdownLatch when the
+// latch hash holds a generation whose count is missing, not an integer or
+// negative (written by something other than prim): the state is unusable, and
+// never read as a completed latch.
+var ErrLatchState = errors.New("prim: countdown latch state unusable")
+
 // ErrInvalidCount: a countdown latch's count must be at least 0. It matches
 // ErrInvalidArgument; nothing is sent.
 var ErrInvalidCount = argError("latch count must be at least 0")
@@ -141,7 +147,8 @@ type sliceResult struct {
 // JoinCountdownLatch returns the current generation of the latch at key, or
 // ErrNotFound when no latch state exists there. An empty key fails with
 // ErrEmptyKey before anything is sent; a key of another type with
-// ErrWrongType.
+// ErrWrongType; a latch whose count is missing, not an integer or negative
+// with ErrLatchState.
 func (c *Coordinator) JoinCountdownLatch(ctx context.Context, key string) (*CountdownLatch, error) {
 	if key == "" {
 		return nil, invalid(ErrEmptyKey, "latch key must be non-empty")
@@ -179,9 +186,15 @@ func readLatch(ctx context.Context, p redis.Cmdable, key string) latchState {
 	}
 	var st latchState
 	st.gen, _ = v[0].(string)
-	if s, ok := v[1].(string); ok {
-		st.count, _ = strconv.ParseInt(s, 10, 64)
+	if st.gen == "" {
+		return st // no latch
 	}
+	s, _ := v[1].(string)
+	n, perr := strconv.ParseInt(s, 10, 64)
+	if perr != nil || n < 0 {
+		return latchState{err: fmt.Errorf("%w: latch %q: count %q", ErrLatchState, key, s)}
+	}
+	st.count = n
 	return st
 }
 
@@ -219,7 +232,8 @@ func (l *CountdownLatch) CountDown(ctx context.Context) (int64, error) {
 }
 
 // Count reads the generation's remaining count: -1 when it was replaced or
-// the latch deleted.
+// the latch deleted. A count that is missing, not an integer or negative is
+// ErrLatchState.
 func (l *CountdownLatch) Count(ctx context.Context) (int64, error) {
 	st, err := bounded(ctx, func(ctx context.Context) latchState {
 		return readLatch(ctx, l.c.client, l.key)
@@ -246,7 +260,8 @@ func (l *CountdownLatch) Count(ctx context.Context) (int64, error) {
 // hints, so one lost across a reconnect delays completion but never blocks
 // it. Cancellation (ctx's end, returned as its error) stops this waiter only
 // and never changes the count. Closing the Coordinator ends the wait with
-// ErrClosed.
+// ErrClosed. A latch hash whose count is missing, not an integer or negative
+// ends the wait with ErrLatchState, never true.
 func (l *CountdownLatch) Wait(ctx context.Context) (bool, error) {
 	c := l.c
 	closed := c.ws.closedc
@@ -307,6 +322,8 @@ func (l *CountdownLatch) Wait(ctx context.Context) (bool, error) {
 					tracked = true
 				case errors.Is(serverError(terr), ErrWrongType):
 					return false, nil // the key holds something else now
+				case errors.Is(terr, ErrLatchState):
+					return fail(terr)
 				}
 			}
 		}
@@ -321,6 +338,8 @@ func (l *CountdownLatch) Wait(ctx context.Context) (bool, error) {
 			case werr == nil:
 			case errors.Is(serverError(werr), ErrWrongType):
 				return false, nil
+			case errors.Is(werr, ErrLatchState):
+				return fail(werr)
 			case ctx.Err() != nil:
 				return fail(ctx.Err())
 			default:

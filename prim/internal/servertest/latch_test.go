@@ -456,3 +456,48 @@ func TestLatchLostReplies(t *testing.T) {
 		}
 	})
 }
+
+// TestLatchMalformedState: a latch hash whose count is missing, not a number
+// or negative is an error matching ErrLatchState from Wait, Count and Join,
+// never a completed latch (count 0, true).
+func TestLatchMalformedState(t *testing.T) {
+	onFirstBuild(t, func(t *testing.T, e *env) {
+		ctx := ctxT(t, 30*time.Second)
+		c, _ := e.client(t)
+		co := prim.New(c)
+		key := e.k("{latchmal}")
+		for _, tc := range []struct {
+			name  string
+			spoil func(l *prim.CountdownLatch) error
+		}{
+			{"count missing", func(l *prim.CountdownLatch) error { return e.admin.HDel(ctx, key, "count").Err() }},
+			{"count not a number", func(l *prim.CountdownLatch) error { return e.admin.HSet(ctx, key, "count", "abc").Err() }},
+			{"count empty", func(l *prim.CountdownLatch) error { return e.admin.HSet(ctx, key, "count", "").Err() }},
+			{"count negative", func(l *prim.CountdownLatch) error { return e.admin.HSet(ctx, key, "count", "-3").Err() }},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				l, err := co.ResetCountdownLatch(ctx, key, 2)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := tc.spoil(l); err != nil {
+					t.Fatal(err)
+				}
+				wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				defer cancel()
+				ok, err := l.Wait(wctx)
+				if ok || !latchStateErr(err) {
+					t.Fatalf("Wait on a malformed latch: %v %v; want false and ErrLatchState", ok, err)
+				}
+				if n, err := l.Count(ctx); !latchStateErr(err) {
+					t.Fatalf("Count on a malformed latch: %d %v; want ErrLatchState", n, err)
+				}
+				if j, err := co.JoinCountdownLatch(ctx, key); j != nil || !latchStateErr(err) {
+					t.Fatalf("Join on a malformed latch: %v %v; want ErrLatchState", j, err)
+				}
+			})
+		}
+	})
+}
+
+func latchStateErr(err error) bool { return errors.Is(err, prim.ErrLatchState) }
