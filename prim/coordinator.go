@@ -56,8 +56,8 @@ type Coordinator struct {
 	ws      *watchers
 	caps    *capRecord  // what each node can do; shared by prefixed views
 	retry   retryPolicy // the client's resend policy, for the resends prim makes itself
-	// limiters is the rate-limiter factory, made at the first RateLimiters
-	// call (rateLimitersMu); each view has its own.
+	// limiters is the rate-limiter factory, made with the Coordinator (New)
+	// or the view (WithPrefix) and never changed; each view has its own.
 	limiters *RateLimiters
 }
 
@@ -95,6 +95,7 @@ func New(client redis.UniversalClient, opts ...Option) *Coordinator {
 	c.ws = newWatchers()
 	c.caps = newCapRecord()
 	c.retry = retryPolicyOf(client)
+	c.limiters = &RateLimiters{c: c}
 	return c
 }
 
@@ -105,7 +106,7 @@ func (c *Coordinator) WithPrefix(prefix string) *Coordinator {
 	v := *c
 	v.prefix = c.prefix + prefix
 	v.fences = newFencePool(c.client)
-	v.limiters = nil
+	v.limiters = &RateLimiters{c: &v}
 	return &v
 }
 

@@ -350,8 +350,9 @@
 // every read, re-reads after each notification and every few seconds without
 // one, and returns true at zero, false once the generation is replaced or the
 // key deleted; a notification lost across a reconnect only delays it, and
-// cancellation leaves the count alone. prim sets no expiry on the key: its
-// lifetime is the caller's.
+// cancellation leaves the count alone; a count that is missing, not an
+// integer or negative is [ErrLatchState], never completion. prim sets no
+// expiry on the key: its lifetime is the caller's.
 //
 // # Uncertain outcomes
 //

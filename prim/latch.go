@@ -29,6 +29,12 @@ var ErrLatchExists = errors.New("prim: a countdown latch already exists at the k
 // written.
 var ErrLatchCompleted = errors.New("prim: the countdown latch generation is already complete")
 
+// ErrLatchState is returned by Wait, Count and JoinCountdownLatch when the
+// latch hash holds a generation whose count is missing, not an integer or
+// negative (written by something other than prim): the state is unusable, and
+// never read as a completed latch.
+var ErrLatchState = errors.New("prim: countdown latch state unusable")
+
 // ErrInvalidCount: a countdown latch's count must be at least 0. It matches
 // ErrInvalidArgument; nothing is sent.
 var ErrInvalidCount = argError("latch count must be at least 0")
@@ -73,8 +79,9 @@ func (l *CountdownLatch) Generation() string { return l.gen }
 // signals to wait for (count 0: already complete). If a latch exists at key it
 // fails with ErrLatchExists and writes nothing. An empty key (ErrEmptyKey) or
 // a negative count (ErrInvalidCount) fails before anything is sent; a key of
-// another type fails with ErrWrongType, nothing written. An outcome hidden by
-// ctx's end matches ErrUncertain: the latch may exist.
+// another type fails with ErrWrongType, nothing written. The script is sent
+// once, never resent: an outcome hidden by ctx's end or a lost reply matches
+// ErrUncertain (the latch may exist; JoinCountdownLatch reads what is there).
 func (c *Coordinator) CreateCountdownLatch(ctx context.Context, key string, count int64) (*CountdownLatch, error) {
 	return c.setLatch(ctx, key, count, "create")
 }
@@ -84,7 +91,9 @@ func (c *Coordinator) CreateCountdownLatch(ctx context.Context, key string, coun
 // unique generation of count signals. Waiters of the old generation wake and
 // return false; its late signals return -1 and cannot touch the new count. A
 // key-level expiry the caller set on the key is kept. Errors are those of
-// CreateCountdownLatch, without ErrLatchExists.
+// CreateCountdownLatch, without ErrLatchExists; a reset is never resent either
+// (a resend could overwrite a newer generation), so a lost reply matches
+// ErrUncertain: the new generation may or may not be in place.
 func (c *Coordinator) ResetCountdownLatch(ctx context.Context, key string, count int64) (*CountdownLatch, error) {
 	return c.setLatch(ctx, key, count, "reset")
 }
@@ -97,10 +106,12 @@ func (c *Coordinator) setLatch(ctx context.Context, key string, count int64, mod
 		return nil, invalid(ErrInvalidCount, strconv.FormatInt(count, 10))
 	}
 	l := &CountdownLatch{c: c, key: c.key(key), gen: newOwnerToken()}
-	// The script recognises its own generation, so go-redis may resend it
-	// after a lost reply: the resend answers the true outcome.
+	// Sent once, never resent: a resend after a lost reply recognises only
+	// its own generation, so if another reset replaced it meanwhile the
+	// resend would write this older generation over the newer one. A lost
+	// reply is ErrUncertain.
 	r, cerr := bounded(ctx, func(ctx context.Context) sliceResult {
-		v, err := evalScript(ctx, c.client, scriptLatchSet, true, []string{l.key}, l.gen, count, mode).Slice()
+		v, err := evalScript(ctx, c.client, scriptLatchSet, false, []string{l.key}, l.gen, count, mode).Slice()
 		return sliceResult{v, err}
 	}, nil)
 	if cerr == nil && r.err != nil && uncertain(r.err) {
@@ -136,7 +147,8 @@ type sliceResult struct {
 // JoinCountdownLatch returns the current generation of the latch at key, or
 // ErrNotFound when no latch state exists there. An empty key fails with
 // ErrEmptyKey before anything is sent; a key of another type with
-// ErrWrongType.
+// ErrWrongType; a latch whose count is missing, not an integer or negative
+// with ErrLatchState.
 func (c *Coordinator) JoinCountdownLatch(ctx context.Context, key string) (*CountdownLatch, error) {
 	if key == "" {
 		return nil, invalid(ErrEmptyKey, "latch key must be non-empty")
@@ -174,9 +186,15 @@ func readLatch(ctx context.Context, p redis.Cmdable, key string) latchState {
 	}
 	var st latchState
 	st.gen, _ = v[0].(string)
-	if s, ok := v[1].(string); ok {
-		st.count, _ = strconv.ParseInt(s, 10, 64)
+	if st.gen == "" {
+		return st // no latch
 	}
+	s, _ := v[1].(string)
+	n, perr := strconv.ParseInt(s, 10, 64)
+	if perr != nil || n < 0 {
+		return latchState{err: fmt.Errorf("%w: latch %q: count %q", ErrLatchState, key, s)}
+	}
+	st.count = n
 	return st
 }
 
@@ -214,7 +232,8 @@ func (l *CountdownLatch) CountDown(ctx context.Context) (int64, error) {
 }
 
 // Count reads the generation's remaining count: -1 when it was replaced or
-// the latch deleted.
+// the latch deleted. A count that is missing, not an integer or negative is
+// ErrLatchState.
 func (l *CountdownLatch) Count(ctx context.Context) (int64, error) {
 	st, err := bounded(ctx, func(ctx context.Context) latchState {
 		return readLatch(ctx, l.c.client, l.key)
@@ -241,7 +260,8 @@ func (l *CountdownLatch) Count(ctx context.Context) (int64, error) {
 // hints, so one lost across a reconnect delays completion but never blocks
 // it. Cancellation (ctx's end, returned as its error) stops this waiter only
 // and never changes the count. Closing the Coordinator ends the wait with
-// ErrClosed.
+// ErrClosed. A latch hash whose count is missing, not an integer or negative
+// ends the wait with ErrLatchState, never true.
 func (l *CountdownLatch) Wait(ctx context.Context) (bool, error) {
 	c := l.c
 	closed := c.ws.closedc
@@ -302,6 +322,8 @@ func (l *CountdownLatch) Wait(ctx context.Context) (bool, error) {
 					tracked = true
 				case errors.Is(serverError(terr), ErrWrongType):
 					return false, nil // the key holds something else now
+				case errors.Is(terr, ErrLatchState):
+					return fail(terr)
 				}
 			}
 		}
@@ -316,6 +338,8 @@ func (l *CountdownLatch) Wait(ctx context.Context) (bool, error) {
 			case werr == nil:
 			case errors.Is(serverError(werr), ErrWrongType):
 				return false, nil
+			case errors.Is(werr, ErrLatchState):
+				return fail(werr)
 			case ctx.Err() != nil:
 				return fail(ctx.Err())
 			default:

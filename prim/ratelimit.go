@@ -56,6 +56,12 @@ type Decision struct {
 	served bool
 }
 
+// Served reports that the server made the decision, so Remaining and Reset
+// are the server's computation. A request for more permits than the limit is
+// refused locally (nothing sent): it carries only Limit, and Remaining and
+// Reset are zero values, not the server's state.
+func (d Decision) Served() bool { return d.served }
+
 // LimiterStats are one limiter's local statistics.
 type LimiterStats struct {
 	// Granted and Rejected count this limiter's decisions (requests, not
@@ -100,9 +106,10 @@ func (o QueueOrder) String() string {
 // LimiterOption configures a rate limiter.
 type LimiterOption func(*limiterConfig)
 
-// WithQueue sets the local queue of Wait: at most limit permits wait at once
-// (default 0: Wait does not queue, it answers at once as Allow does, with
-// ErrQueueFull when the request is refused), served in the given order.
+// WithQueue sets the local queue of Wait: at most limit permits wait at once,
+// a request for zero permits taking the room of one (default 0: Wait does not
+// queue, it answers at once as Allow does, with ErrQueueFull when the request
+// is refused), served in the given order.
 func WithQueue(limit int64, order QueueOrder) LimiterOption {
 	return func(c *limiterConfig) { c.queueLimit, c.order = limit, order }
 }
@@ -153,20 +160,9 @@ type RateLimiters struct {
 	c *Coordinator
 }
 
-// rateLimiters is the factory of each Coordinator (views share nothing but the
-// client and the capability record, which the factory reads through c).
-var rateLimitersMu sync.Mutex
-
 // RateLimiters returns the Coordinator's rate-limiter factory (the same one at
-// every call). It sends nothing.
-func (c *Coordinator) RateLimiters() *RateLimiters {
-	rateLimitersMu.Lock()
-	defer rateLimitersMu.Unlock()
-	if c.limiters == nil {
-		c.limiters = &RateLimiters{c: c}
-	}
-	return c.limiters
-}
+// every call; each prefixed view has its own). It sends nothing.
+func (c *Coordinator) RateLimiters() *RateLimiters { return c.limiters }
 
 // Limiter is a rate limiter made by [RateLimiters]; it implements
 // [RateLimiter]. It is safe for concurrent use.
@@ -273,7 +269,8 @@ type limiterState struct {
 	mu        sync.Mutex
 	granted   int64
 	rejected  int64
-	queued    int64
+	queued    int64 // permits queued (Stats)
+	room      int64 // queue room taken: max(n, 1) per queued request
 	available int64
 	lastUsed  time.Time
 	closed    bool

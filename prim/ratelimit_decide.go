@@ -153,7 +153,10 @@ func (l *Limiter) parseDecision(v any) (Decision, error) {
 // PTTL ms the counter still exists; one more millisecond and it is gone.
 func fixedRetry(pttl int64) time.Duration {
 	if pttl < 0 {
-		return 0 // no counter any more: a new window
+		// No counter any more (PTTL -2: it expired between INCREX and PTTL):
+		// a retry now succeeds. 1ms, not 0, which would read as "no wait" in
+		// Retry-After while the request was refused.
+		return time.Millisecond
 	}
 	return time.Duration(pttl+1) * time.Millisecond
 }

@@ -20,7 +20,7 @@ func TestParseDecision(t *testing.T) {
 	}{
 		{"fixed grant", []any{int64(1), int64(7), int64(900)}, Decision{Allowed: true, Remaining: 7, Limit: 10, Reset: 900 * ms, served: true}, nil},
 		{"fixed refusal: PTTL + 1ms", []any{int64(0), int64(0), int64(900)}, Decision{Remaining: 0, Limit: 10, Reset: 900 * ms, RetryAfter: 901 * ms, HasRetryAfter: true, served: true}, nil},
-		{"fixed refusal, counter gone", []any{int64(0), int64(0), int64(-2)}, Decision{Limit: 10, Reset: -2 * ms, RetryAfter: 0, HasRetryAfter: true, served: true}, nil},
+		{"fixed refusal, counter gone", []any{int64(0), int64(0), int64(-2)}, Decision{Limit: 10, Reset: -2 * ms, RetryAfter: ms, HasRetryAfter: true, served: true}, nil},
 		{"grant", []any{int64(1), int64(3), int64(0), int64(1200)}, Decision{Allowed: true, Remaining: 3, Limit: 10, Reset: 1200 * ms, served: true}, nil},
 		{"refusal", []any{int64(0), int64(2), int64(250), int64(1200)}, Decision{Remaining: 2, Limit: 10, Reset: 1200 * ms, RetryAfter: 250 * ms, HasRetryAfter: true, served: true}, nil},
 		{"negative remaining clamped", []any{int64(0), int64(-4), int64(5), int64(5)}, Decision{Limit: 10, Reset: 5 * ms, RetryAfter: 5 * ms, HasRetryAfter: true, served: true}, nil},

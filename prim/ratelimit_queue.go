@@ -6,10 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // ---- rate limiters: Wait's local queue, Stats, IdleDuration, Close -----------
@@ -94,6 +91,7 @@ func (l *Limiter) dequeue(w *limitWaiter) {
 	l.st.q.list.Remove(w.el)
 	w.el = nil
 	l.st.queued -= w.n
+	l.st.room -= queueRoom(w.n)
 	if l.st.q.list.Len() == 0 {
 		l.st.lastUsed = time.Now()
 	}
@@ -107,7 +105,9 @@ func (l *Limiter) finish(w *limitWaiter, d Decision, err error) {
 
 // Wait is Allow that queues. If the local queue is empty it makes one
 // decision, and returns it if granted. A refused request waits in the queue
-// when the permits already queued plus n fit the queue limit (WithQueue);
+// when the permits already queued plus n fit the queue limit (WithQueue; a
+// request for zero permits takes the room of one, so with no queue it is
+// refused with ErrQueueFull like any other);
 // otherwise, with OldestFirst, it is refused with ErrQueueFull, and with
 // NewestFirst the oldest queued requests are pushed out to make room (their
 // Wait ends with ErrQueueFull; a request whose decision is in flight cannot be
@@ -121,7 +121,7 @@ func (l *Limiter) finish(w *limitWaiter, d Decision, err error) {
 // decision gives no RetryAfter (an error: connection, timeout, failover; the
 // queue keeps the request and retries), the retries back off exponentially
 // with jitter, from 10ms up to 1s between attempts. Errors that retrying cannot
-// cure (ErrLimiterState, ErrInvalidArgument, a WRONGTYPE or NOPERM reply) end
+// cure (ErrLimiterState, ErrInvalidArgument, ErrWrongType, ErrNoPermission) end
 // the request at the head of the queue with that error. The first decision's
 // error, before the request is queued, is returned as Allow returns it.
 //
@@ -135,8 +135,8 @@ func (l *Limiter) finish(w *limitWaiter, d Decision, err error) {
 // ErrLimiterClosed when the limiter is closed, and fails with it after Close.
 // Negative n is ErrNegativePermits (nothing sent); n larger than the limit is
 // answered as Allow answers it (not allowed, no RetryAfter, no error) and is
-// never queued. n == 0 waits (queued like any request) until a permit is
-// available, and consumes none.
+// never queued. n == 0 waits (queued like any request, taking one permit's
+// room in the queue) until a permit is available, and consumes none.
 //
 // The order is local to this limiter: other processes, other limiters on the
 // same key, and local Allow calls can take permits ahead of queued requests.
@@ -189,6 +189,7 @@ func (l *Limiter) Wait(ctx context.Context, n int64) (Decision, error) {
 	w := &limitWaiter{ctx: ctx, n: n, done: make(chan waitResult, 1)}
 	w.el = s.q.list.PushBack(w)
 	s.queued += n
+	s.room += queueRoom(n)
 	if !s.q.serving {
 		s.q.serving = true
 		s.q.served = make(chan struct{})
@@ -222,15 +223,21 @@ func (l *Limiter) Wait(ctx context.Context, n int64) (Decision, error) {
 	return Decision{Limit: l.limit}, fmt.Errorf("prim: rate limiter wait: %w", ctx.Err())
 }
 
-// makeRoom reports whether n more permits fit the queue, pushing out the
-// oldest requests with NewestFirst (st.mu held).
+// queueRoom is the room a request for n permits takes in the queue: n, and
+// one for n == 0 (a request waits like any other, so it counts against the
+// limit).
+func queueRoom(n int64) int64 { return max(n, 1) }
+
+// makeRoom reports whether a request for n more permits fits the queue,
+// pushing out the oldest requests with NewestFirst (st.mu held).
 func (l *Limiter) makeRoom(n int64) bool {
 	s := &l.st
 	limit := l.cfg.queueLimit
-	if s.queued+n <= limit {
+	need := queueRoom(n)
+	if s.room+need <= limit {
 		return true
 	}
-	if l.cfg.order != NewestFirst || n > limit {
+	if l.cfg.order != NewestFirst || need > limit {
 		return false
 	}
 	// The request in flight (the head the goroutine serves) cannot be pushed
@@ -239,13 +246,13 @@ func (l *Limiter) makeRoom(n int64) bool {
 	busy := l.busy()
 	for e := s.q.list.Front(); e != nil; e = e.Next() {
 		if w := e.Value.(*limitWaiter); w != busy {
-			movable += w.n
+			movable += queueRoom(w.n)
 		}
 	}
-	if s.queued-movable+n > limit {
+	if s.room-movable+need > limit {
 		return false
 	}
-	for e := s.q.list.Front(); e != nil && s.queued+n > limit; {
+	for e := s.q.list.Front(); e != nil && s.room+need > limit; {
 		next := e.Next()
 		if w := e.Value.(*limitWaiter); w != busy {
 			s.rejected++
@@ -366,17 +373,13 @@ func retryDelay(d Decision, failures int) time.Duration {
 	return b/2 + rand.N(b/2+1)
 }
 
-// permanent reports errors that retrying does not cure.
+// permanent reports errors that retrying does not cure: a bad state or
+// argument, a key of another type (the scripts report it as a reply, not as a
+// WRONGTYPE error), an ACL refusal (NOPERM, or "ACL failure in script" from a
+// script on Redis 7+; serverError maps both to ErrNoPermission).
 func permanent(err error) bool {
-	if errors.Is(err, ErrLimiterState) || errors.Is(err, ErrInvalidArgument) {
-		return true
-	}
-	var re redis.Error
-	if errors.As(err, &re) {
-		msg := re.Error()
-		return strings.HasPrefix(msg, "WRONGTYPE") || strings.HasPrefix(msg, "NOPERM")
-	}
-	return false
+	return errors.Is(err, ErrLimiterState) || errors.Is(err, ErrInvalidArgument) ||
+		errors.Is(err, ErrWrongType) || errors.Is(err, ErrNoPermission)
 }
 
 // begin counts a decision in flight outside the queue (IdleDuration is zero

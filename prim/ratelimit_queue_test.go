@@ -272,6 +272,47 @@ func TestWaitQueueLimit(t *testing.T) {
 				t.Fatalf("stats %+v", st)
 			}
 		})
+		// n == 0 takes a queue slot too: without a queue it is refused at
+		// once, and a queue of 1 holds one request of any n.
+		t.Run("zero/no-queue", func(t *testing.T) {
+			l := queueLimiter(t, c, AlgoFixedWindow, "limit:zero:none", 5*time.Second)
+			exhaust(t, l)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			start := time.Now()
+			d, err := l.Wait(ctx, 0)
+			if !errors.Is(err, ErrQueueFull) || d.Allowed || time.Since(start) > 2*time.Second {
+				t.Fatalf("Wait(0) without a queue: %+v, %v after %v; want ErrQueueFull at once", d, err, time.Since(start))
+			}
+		})
+		t.Run("zero/queue-of-1", func(t *testing.T) {
+			l := queueLimiter(t, c, AlgoFixedWindow, "limit:zero:one", 5*time.Second, WithQueue(1, OldestFirst))
+			exhaust(t, l)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			out := make(chan waitOutcome, 1)
+			go func() {
+				d, err := l.Wait(ctx, 0)
+				out <- waitOutcome{"A", d, err, time.Now()}
+			}()
+			eventually(t, "A queued", 5*time.Second, func() bool {
+				l.st.mu.Lock()
+				defer l.st.mu.Unlock()
+				return l.st.q.list.Len() == 1
+			})
+			for i := range 3 {
+				for _, n := range []int64{0, 1} {
+					start := time.Now()
+					if d, err := l.Wait(ctx, n); !errors.Is(err, ErrQueueFull) || d.Allowed || time.Since(start) > 2*time.Second {
+						t.Fatalf("Wait(%d) #%d on a full queue of 1: %+v, %v after %v; want ErrQueueFull at once", n, i, d, err, time.Since(start))
+					}
+				}
+			}
+			l.Close()
+			if o := recvOutcome(t, out, 5*time.Second); !errors.Is(o.err, ErrLimiterClosed) {
+				t.Fatalf("A after Close: %v", o.err)
+			}
+		})
 		t.Run("arguments", func(t *testing.T) {
 			l := queueLimiter(t, c, AlgoFixedWindow, "limit:args", 5*time.Second, WithQueue(10, OldestFirst))
 			if _, err := l.Wait(context.Background(), -1); !errors.Is(err, ErrNegativePermits) || !errors.Is(err, ErrInvalidArgument) {
@@ -600,5 +641,54 @@ func TestWaitZero(t *testing.T) {
 				}
 			})
 		}
+	})
+}
+
+// TestWaitEndsOnPermanentErrors: a queued Wait ends promptly with the error
+// its doc names when the limiter's key turns into another type (ErrWrongType,
+// which the scripts report as {-1,'wrongtype'}) or its ACL user loses a
+// command the script needs (ErrNoPermission, "ERR ACL failure in script" on
+// Redis 7+): retrying cures neither.
+func TestWaitEndsOnPermanentErrors(t *testing.T) {
+	forEachServer(t, false, func(t *testing.T, c *Coordinator, admin *redis.Client) {
+		for _, algo := range queueAlgos {
+			t.Run("wrongtype/"+string(algo), func(t *testing.T) {
+				l := queueLimiter(t, c, algo, "perm:wt:"+string(algo), 300*time.Millisecond, WithQueue(1, OldestFirst))
+				exhaust(t, l)
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				out := make(chan waitOutcome, 1)
+				enqueue(t, ctx, l, "A", 1, out)
+				if err := admin.Del(ctx, l.Key()).Err(); err != nil {
+					t.Fatal(err)
+				}
+				if err := admin.LPush(ctx, l.Key(), "x").Err(); err != nil {
+					t.Fatal(err)
+				}
+				if o := recvOutcome(t, out, 5*time.Second); !errors.Is(o.err, ErrWrongType) || o.d.Allowed {
+					t.Fatalf("queued Wait on a list: %+v, %v; want ErrWrongType", o.d, o.err)
+				}
+			})
+		}
+		t.Run("acl/bucket", func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			user := "nohset"
+			if err := admin.Do(ctx, "ACL", "SETUSER", user, "reset", "on", ">pw", "~*", "&*", "+@all").Err(); err != nil {
+				t.Fatal(err)
+			}
+			uc := redis.NewClient(&redis.Options{Addr: admin.Options().Addr, Username: user, Password: "pw"})
+			t.Cleanup(func() { uc.Close() })
+			l := queueLimiter(t, New(uc), AlgoTokenBucket, "perm:acl", 300*time.Millisecond, WithQueue(1, OldestFirst))
+			exhaust(t, l)
+			out := make(chan waitOutcome, 1)
+			enqueue(t, ctx, l, "A", 1, out)
+			if err := admin.Do(ctx, "ACL", "SETUSER", user, "-hset").Err(); err != nil {
+				t.Fatal(err)
+			}
+			if o := recvOutcome(t, out, 5*time.Second); !errors.Is(o.err, ErrNoPermission) || o.d.Allowed {
+				t.Fatalf("queued Wait refused by ACL: %+v, %v; want ErrNoPermission", o.d, o.err)
+			}
+		})
 	})
 }

@@ -12,10 +12,11 @@
 // A request that is refused gets 429 Too Many Requests with Retry-After (whole
 // seconds, rounded up) when the limiter computed when it may succeed; with
 // WithWait the request waits in the limiter's queue instead (prim's Wait,
-// bounded by the request's context and WithWait's limit). Every decided
-// request gets the RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset
-// headers of the IETF draft "RateLimit header fields for HTTP" (Reset in whole
-// seconds, rounded up).
+// bounded by the request's context and WithWait's limit). Every request the
+// server decided gets the RateLimit-Limit, RateLimit-Remaining and
+// RateLimit-Reset headers of the IETF draft "RateLimit header fields for HTTP"
+// (Reset in whole seconds, rounded up); a request heavier than the limit,
+// refused without asking the server, gets RateLimit-Limit only.
 //
 // When no decision can be had (the limiter fails: Redis unreachable, a
 // timeout; the factory fails; every limiter slot is busy) the request is
@@ -93,7 +94,10 @@ func WithWait(maxWait time.Duration) Option {
 }
 
 // WithWeight sets the number of permits a request takes (default 1). A
-// negative weight is a limiter error (prim.ErrNegativePermits).
+// negative weight (e.g. r.ContentLength, -1 for a chunked body) is the
+// request's error, handled as a key error before any limiter is asked: the
+// key-error handler gets an error matching prim.ErrNegativePermits (default
+// 400), with or without WithFailOpen, and nothing is logged.
 func WithWeight(f func(*http.Request) int64) Option { return func(c *config) { c.weight = f } }
 
 // WithFailOpen passes requests on to the next handler, unlimited, when no
@@ -125,7 +129,8 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l }
 func WithLimitedHandler(h http.Handler) Option { return func(c *config) { c.limited = h } }
 
 // WithKeyErrorHandler writes the response to a request whose key could not be
-// computed. Default: 400 Bad Request.
+// computed, or whose weight (WithWeight) is negative (the error matches
+// prim.ErrNegativePermits). Default: 400 Bad Request.
 func WithKeyErrorHandler(f func(http.ResponseWriter, *http.Request, error)) Option {
 	return func(c *config) { c.keyError = f }
 }
@@ -186,6 +191,12 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 		n := int64(1)
 		if m.cfg.weight != nil {
 			n = m.cfg.weight(r)
+		}
+		if n < 0 {
+			// The request's error, not the limiter's: never passed on
+			// (whatever WithFailOpen says), never logged as a failure.
+			m.cfg.keyError(w, r, fmt.Errorf("ratelimithttp: request weight %d: %w", n, prim.ErrNegativePermits))
+			return
 		}
 		e, err := m.acquire(key)
 		if err != nil {
@@ -249,12 +260,17 @@ func (m *Middleware) failed(w http.ResponseWriter, r *http.Request, next http.Ha
 	http.Error(w, http.StatusText(http.StatusServiceUnavailable), http.StatusServiceUnavailable)
 }
 
-// setHeaders sets the RateLimit-* headers the decision carries.
+// setHeaders sets the RateLimit-* headers the decision carries:
+// RateLimit-Remaining and RateLimit-Reset only for a decision the server made
+// (a request over the limit, refused locally, knows neither).
 func setHeaders(h http.Header, d prim.Decision) {
 	if d.Limit <= 0 {
 		return
 	}
 	h.Set("RateLimit-Limit", strconv.FormatInt(d.Limit, 10))
+	if !d.Served() {
+		return
+	}
 	h.Set("RateLimit-Remaining", strconv.FormatInt(max(d.Remaining, 0), 10))
 	h.Set("RateLimit-Reset", strconv.FormatInt(ceilSeconds(d.Reset), 10))
 }

@@ -384,9 +384,12 @@ func TestLatchCluster(t *testing.T) {
 	}
 }
 
-// TestLatchLostReplies: with go-redis's default options, a create whose reply
-// is lost is resent and answers the true outcome (its own generation), and a
-// signal whose reply is lost is never resent: ErrUncertain, counted once.
+// TestLatchLostReplies: with go-redis's default options, a create or reset
+// whose reply is lost is never resent: ErrUncertain, run once. A resend could
+// overwrite a newer generation: A's reset runs and its reply is lost, B's
+// reset succeeds, then A's resend (its generation no longer stored) would
+// write A's generation over B's. A signal whose reply is lost is never resent
+// either: ErrUncertain, counted once.
 func TestLatchLostReplies(t *testing.T) {
 	forEachBuild(t, func(t *testing.T, e *env) {
 		ctx := ctxT(t, time.Minute)
@@ -405,17 +408,35 @@ func TestLatchLostReplies(t *testing.T) {
 			t.Fatal(err)
 		}
 		warm.CountDown(ctx)
+		// A's reset loses its reply; B resets meanwhile (before go-redis's
+		// read timeout): B's generation must survive.
 		before := cmdCalls(ctx, e.admin, "evalsha", "eval")
 		loseOneReply(t, cut, link)
-		l, err := co.CreateCountdownLatch(ctx, key, 3)
+		aErr := make(chan error, 1)
+		go func() {
+			_, err := co.ResetCountdownLatch(ctx, key, 3)
+			aErr <- err
+		}()
+		if !eventually(5*time.Second, func() bool { return e.admin.HGet(ctx, key, "gen").Val() != "" }) {
+			t.Fatal("A's reset never ran")
+		}
+		b, err := prim.New(e.admin).ResetCountdownLatch(ctx, key, 3)
 		if err != nil {
-			t.Fatalf("create with its first reply lost: %v, want the latch (the resend finds its own generation)", err)
+			t.Fatal(err)
+		}
+		if err := <-aErr; !errors.Is(err, prim.ErrUncertain) {
+			t.Fatalf("reset with its reply lost: %v, want ErrUncertain", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+		if g := e.admin.HGet(ctx, key, "gen").Val(); g != b.Generation() {
+			t.Fatalf("generation %q on the server, want B's %q: A's resent reset overwrote it", g, b.Generation())
 		}
 		if n := cmdCalls(ctx, e.admin, "evalsha", "eval") - before; n != 2 {
-			t.Fatalf("%d scripts ran, want 2 (the create and go-redis's resend)", n)
+			t.Fatalf("%d scripts ran, want 2 (A's reset once, B's)", n)
 		}
-		if g := e.admin.HGet(ctx, key, "gen").Val(); g != l.Generation() {
-			t.Fatalf("generation %q on the server, %q returned", g, l.Generation())
+		l, err := co.JoinCountdownLatch(ctx, key)
+		if err != nil || l.Generation() != b.Generation() {
+			t.Fatalf("join: %v", err)
 		}
 		before = cmdCalls(ctx, e.admin, "evalsha", "eval")
 		loseOneReply(t, cut, link)
@@ -435,3 +456,48 @@ func TestLatchLostReplies(t *testing.T) {
 		}
 	})
 }
+
+// TestLatchMalformedState: a latch hash whose count is missing, not a number
+// or negative is an error matching ErrLatchState from Wait, Count and Join,
+// never a completed latch (count 0, true).
+func TestLatchMalformedState(t *testing.T) {
+	onFirstBuild(t, func(t *testing.T, e *env) {
+		ctx := ctxT(t, 30*time.Second)
+		c, _ := e.client(t)
+		co := prim.New(c)
+		key := e.k("{latchmal}")
+		for _, tc := range []struct {
+			name  string
+			spoil func(l *prim.CountdownLatch) error
+		}{
+			{"count missing", func(l *prim.CountdownLatch) error { return e.admin.HDel(ctx, key, "count").Err() }},
+			{"count not a number", func(l *prim.CountdownLatch) error { return e.admin.HSet(ctx, key, "count", "abc").Err() }},
+			{"count empty", func(l *prim.CountdownLatch) error { return e.admin.HSet(ctx, key, "count", "").Err() }},
+			{"count negative", func(l *prim.CountdownLatch) error { return e.admin.HSet(ctx, key, "count", "-3").Err() }},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				l, err := co.ResetCountdownLatch(ctx, key, 2)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := tc.spoil(l); err != nil {
+					t.Fatal(err)
+				}
+				wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				defer cancel()
+				ok, err := l.Wait(wctx)
+				if ok || !latchStateErr(err) {
+					t.Fatalf("Wait on a malformed latch: %v %v; want false and ErrLatchState", ok, err)
+				}
+				if n, err := l.Count(ctx); !latchStateErr(err) {
+					t.Fatalf("Count on a malformed latch: %d %v; want ErrLatchState", n, err)
+				}
+				if j, err := co.JoinCountdownLatch(ctx, key); j != nil || !latchStateErr(err) {
+					t.Fatalf("Join on a malformed latch: %v %v; want ErrLatchState", j, err)
+				}
+			})
+		}
+	})
+}
+
+func latchStateErr(err error) bool { return errors.Is(err, prim.ErrLatchState) }

@@ -35,6 +35,7 @@ type increxStandIn struct {
 	emu       *redis.Client // another client of the same server
 	runs      atomic.Int64  // emulations run
 	loseReply atomic.Bool   // run the emulation, then answer a lost reply
+	expire    atomic.Bool   // run the emulation, then delete the counter (it expired before PTTL)
 }
 
 var increxEmulation = redis.NewScript(`
@@ -77,6 +78,9 @@ func (s *increxStandIn) answer(ctx context.Context, cmd redis.Cmder) {
 	}
 	s.runs.Add(1)
 	v, err := increxEmulation.Run(ctx, s.emu, []string{fmt.Sprint(a[1])}, a[3], a[5], a[7]).Slice()
+	if s.expire.Load() {
+		s.emu.Del(ctx, fmt.Sprint(a[1]))
+	}
 	switch {
 	case s.loseReply.Load():
 		sc.SetErr(errStandInLost)
@@ -197,6 +201,21 @@ func TestRateLimitIncrexStandIn(t *testing.T) {
 		if p := e.admin.PTTL(ctx, e.k("fast")).Val(); p <= 0 {
 			t.Fatalf("the counter without expiry was not repaired: PTTL %v", p)
 		}
+
+		// A full counter that expires between INCREX and PTTL (PTTL -2): the
+		// refusal's RetryAfter is 1ms (a retry now succeeds), never 0, which
+		// would read as "Retry-After: 0".
+		gone := fixed("gone")
+		if d, err := gone.Allow(ctx, 3); err != nil || !d.Allowed {
+			t.Fatalf("filling: %+v, %v", d, err)
+		}
+		s.expire.Store(true)
+		d, err = gone.Allow(ctx, 1)
+		s.expire.Store(false)
+		if err != nil || d.Allowed || !d.HasRetryAfter || d.RetryAfter != time.Millisecond {
+			t.Fatalf("refusal with the counter gone before PTTL: %+v, %v; want RetryAfter 1ms", d, err)
+		}
+		log.take()
 
 		// A counter without expiry, not full: ENX gives it the window.
 		e.admin.Set(ctx, e.k("persisted"), "1", 0)

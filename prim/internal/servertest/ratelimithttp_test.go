@@ -1,6 +1,7 @@
 package servertest_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -435,7 +437,7 @@ func TestMiddlewareErrors(t *testing.T) {
 
 // TestMiddlewareWeight: WithWeight takes that many permits per request; a
 // request heavier than the limit is refused without Retry-After (it can never
-// pass); a negative weight is a limiter error (503, failing closed).
+// pass); a negative weight is a request error (400).
 func TestMiddlewareWeight(t *testing.T) {
 	onFirstBuild(t, func(t *testing.T, env *env) {
 		c, _ := env.client(t)
@@ -463,11 +465,63 @@ func TestMiddlewareWeight(t *testing.T) {
 		if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "" {
 			t.Fatalf("weight 6 over a limit of 5: %s, Retry-After %q (want 429 without)", resp.Status, resp.Header.Get("Retry-After"))
 		}
-		if resp := get(t, srv.URL, "-1"); resp.StatusCode != http.StatusServiceUnavailable {
-			t.Fatalf("negative weight: %s", resp.Status)
+		// The server made no decision: the limit is known, the remaining
+		// count and reset are not.
+		if h := resp.Header; h.Get("RateLimit-Limit") != "5" || h.Get("RateLimit-Remaining") != "" || h.Get("RateLimit-Reset") != "" {
+			t.Fatalf("weight 6 over a limit of 5: RateLimit-Limit %q, -Remaining %q, -Reset %q; want 5 and no others",
+				h.Get("RateLimit-Limit"), h.Get("RateLimit-Remaining"), h.Get("RateLimit-Reset"))
+		}
+		if resp := get(t, srv.URL, "-1"); resp.StatusCode != http.StatusBadRequest {
+			t.Fatalf("negative weight: %s, want 400", resp.Status)
 		}
 		if served.Load() != 1 {
 			t.Fatalf("served %d", served.Load())
+		}
+	})
+}
+
+// TestMiddlewareNegativeWeightFailOpen: a negative weight (e.g. ContentLength
+// -1 of a chunked body) is the request's error, not the limiter's: with
+// WithFailOpen it is still refused (400 through the key-error handler, with
+// prim.ErrNegativePermits), never passed on unlimited, never logged as a
+// limiter failure.
+func TestMiddlewareNegativeWeightFailOpen(t *testing.T) {
+	onFirstBuild(t, func(t *testing.T, env *env) {
+		c, _ := env.client(t)
+		rl := prim.New(c).RateLimiters()
+		var f limiterFactory
+		var logs bytes.Buffer
+		var keyErr atomic.Value
+		m := ratelimithttp.New(f.of(rl, env.k("wfo:"), 5, time.Minute), ratelimithttp.KeyByIP,
+			ratelimithttp.WithFailOpen(),
+			ratelimithttp.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))),
+			ratelimithttp.WithKeyErrorHandler(func(w http.ResponseWriter, _ *http.Request, err error) {
+				keyErr.Store(err)
+				http.Error(w, "bad weight", http.StatusBadRequest)
+			}),
+			ratelimithttp.WithWeight(func(r *http.Request) int64 { return r.ContentLength }))
+		defer m.Close()
+		var served atomic.Int64
+		srv := httptest.NewServer(m.Handler(okHandler(&served)))
+		defer srv.Close()
+		// A chunked body: ContentLength -1 on the server.
+		req, err := http.NewRequest(http.MethodPost, srv.URL, io.MultiReader(strings.NewReader("chunked")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || served.Load() != 0 {
+			t.Fatalf("negative weight with WithFailOpen: %s, served %d; want 400, not served", resp.Status, served.Load())
+		}
+		if err, _ := keyErr.Load().(error); !errors.Is(err, prim.ErrNegativePermits) {
+			t.Fatalf("key-error handler got %v, want prim.ErrNegativePermits", err)
+		}
+		if logs.Len() != 0 {
+			t.Fatalf("logged as a limiter failure: %s", logs.String())
 		}
 	})
 }
