@@ -329,6 +329,8 @@ func writeTable(w io.Writer, r *Run, errorsWhere string) error {
 		acq, writes := "-", "-"
 		if c := CountCompleted(o); c.Acquisitions+c.Writes > 0 && o.Duration > 0 {
 			acq, writes = rate(c.Acquisitions, o.Duration), rate(c.Writes, o.Duration)
+		} else if c.Grants > 0 && o.Duration > 0 {
+			acq = rate(c.Grants, o.Duration) // a rate limiter: its grants (see the legend)
 		}
 		impl := o.Impl
 		if !r.Decides(o.Impl) {
@@ -339,7 +341,7 @@ func writeTable(w io.Writer, r *Run, errorsWhere string) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	legend := "ACQ/S, WRITES/S: acquisitions that got the lock and writes the resource accepted, per second; OPS: every operation recorded, refused attempts included"
+	legend := "ACQ/S, WRITES/S: acquisitions that got the lock (for a rate limiter: requests granted) and writes the resource accepted, per second; OPS: every operation recorded, refused attempts included"
 	if len(r.Comparison()) > 0 {
 		legend += "\n*: shown for comparison; its verdicts do not set the overall verdict"
 	}
@@ -361,6 +363,8 @@ type Completed struct {
 	Acquisitions int
 	// Writes the protected resource accepted (ok).
 	Writes int
+	// Grants are rate-limit requests granted (ok allow and allow_wait).
+	Grants int
 }
 
 // CountCompleted counts the completed acquisitions and accepted writes of
@@ -376,6 +380,8 @@ func CountCompleted(o *scenarios.Outcome) Completed {
 		switch {
 		case op.F == history.FWrite:
 			c.Writes++
+		case op.F == history.FAllow || op.F == history.FAllowWait:
+			c.Grants++
 		case strings.HasPrefix(op.F, "acquire") || strings.HasPrefix(op.F, "sem_acquire"):
 			c.Acquisitions++
 		}
@@ -383,8 +389,12 @@ func CountCompleted(o *scenarios.Outcome) Completed {
 	return c
 }
 
-// String is "22 acquisitions, 18 writes".
+// String is "22 acquisitions, 18 writes", or for a rate limiter's run
+// "310 grants".
 func (c Completed) String() string {
+	if c.Grants > 0 && c.Acquisitions+c.Writes == 0 {
+		return plural(c.Grants, "grant")
+	}
 	return plural(c.Acquisitions, "acquisition") + ", " + plural(c.Writes, "write")
 }
 

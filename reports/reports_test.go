@@ -117,3 +117,24 @@ func TestJUnitRunErrorIsAFailingCase(t *testing.T) {
 		t.Fatalf("no failing run case:\n%s", b.String())
 	}
 }
+
+// A rate limiter's run has no acquisitions or writes: its grants are what the
+// run line and the table count (they said "0 acquisitions, 0 writes" and "-").
+func TestCompletedCountsGrants(t *testing.T) {
+	o := &scenarios.Outcome{Scenario: "ratelimit/fixed/baseline", Impl: "prim", Build: "redis-8.0", Verdict: scenarios.Pass,
+		Duration: 2e9, Ops: 4, Records: []history.Op{
+			{Type: history.OK, F: history.FAllow}, {Type: history.OK, F: history.FAllowWait},
+			{Type: history.Fail, F: history.FAllow}, {Type: history.OK, F: history.FAllow},
+		}}
+	c := reports.CountCompleted(o)
+	if c.Grants != 3 || c.String() != "3 grants" {
+		t.Fatalf("%+v %q, want 3 grants", c, c.String())
+	}
+	var b bytes.Buffer
+	if err := reports.WriteSummary(&b, &reports.Run{Outcomes: []*scenarios.Outcome{o}}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "PASS     1.5 ") {
+		t.Fatalf("the table does not show 1.5 grants/s:\n%s", b.String())
+	}
+}
