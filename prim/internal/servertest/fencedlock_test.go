@@ -309,11 +309,11 @@ func TestRenewVerifyRelease(t *testing.T) {
 		}
 
 		// Expiry: renew returns false without a command.
-		l, err = co.TryAcquireFencedLock(ctx, lease, fence, 50*time.Millisecond)
+		l, err = co.TryAcquireFencedLock(ctx, lease, fence, shortLease)
 		if err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(80 * time.Millisecond)
+		time.Sleep(shortLease + 100*time.Millisecond)
 		n = cnt.get()
 		if ok, err := l.Renew(ctx, time.Second); ok || err != nil {
 			t.Fatalf("renew after expiry: %v %v", ok, err)
@@ -326,11 +326,11 @@ func TestRenewVerifyRelease(t *testing.T) {
 		}
 
 		// Another owner took over: NotOwned, its lease untouched, Close too.
-		old, err := co.TryAcquireFencedLock(ctx, lease, fence, 50*time.Millisecond)
+		old, err := co.TryAcquireFencedLock(ctx, lease, fence, shortLease)
 		if err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(80 * time.Millisecond)
+		time.Sleep(shortLease + 100*time.Millisecond)
 		cur, err := co.TryAcquireFencedLock(ctx, lease, fence, 10*time.Second)
 		if err != nil {
 			t.Fatal(err)
@@ -353,8 +353,8 @@ func TestRenewVerifyRelease(t *testing.T) {
 		if e.admin.Get(ctx, lease).Val() != cur.OwnerToken() {
 			t.Fatal("the old owner's Close removed the new owner's lease")
 		}
-		old2, _ := co.TryAcquireFencedLock(ctx, e.k("{m}:lease"), e.k("{m}:fence"), 50*time.Millisecond)
-		time.Sleep(80 * time.Millisecond)
+		old2, _ := co.TryAcquireFencedLock(ctx, e.k("{m}:lease"), e.k("{m}:fence"), shortLease)
+		time.Sleep(shortLease + 100*time.Millisecond)
 		cur2, _ := co.TryAcquireFencedLock(ctx, e.k("{m}:lease"), e.k("{m}:fence"), 10*time.Second)
 		if r, err := old2.Release(ctx); r != prim.NotOwned || err != nil {
 			t.Fatalf("release by a replaced owner: %v %v, want NotOwned", r, err)
@@ -491,3 +491,9 @@ func TestMetricsAndFailoverClient(t *testing.T) {
 		})
 	}
 }
+
+// shortLease is a lease meant to expire during a test: long enough that its
+// acquisition's reply comes back within it on a loaded machine (CI saw a 50ms
+// lease's reply arrive after it: ErrUncertain, by design), short enough to
+// wait out.
+const shortLease = 400 * time.Millisecond
