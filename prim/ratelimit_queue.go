@@ -63,6 +63,9 @@ type limitWaiter struct {
 	n    int64
 	el   *list.Element   // its place in the queue; nil once out of it
 	done chan waitResult // buffered (1); receives at most one result
+	// uncertain: a decision for it went without an answer (cut off when its
+	// ctx ended, or a lost reply): it may have been granted (st.mu).
+	uncertain bool
 }
 
 type waitResult struct {
@@ -129,8 +132,9 @@ func (l *Limiter) finish(w *limitWaiter, d Decision, err error) {
 // context.DeadlineExceeded holds) when ctx ends first, and the request leaves
 // the queue at once. If the request's decision was in flight when ctx ended
 // (the decision is sent under ctx, so ending ctx cuts it off), the server may
-// have granted it: those permits are consumed and the caller still gets ctx's
-// error; Stats counts the request as granted when the grant's reply arrived,
+// have granted it: those permits are consumed and the error matches
+// ErrUncertain as well as ctx's error (a request that was only waiting gets
+// ctx's error alone); Stats counts the request as granted when the grant's reply arrived,
 // and in neither count when the reply was lost (prim cannot know). Wait ends with
 // ErrLimiterClosed when the limiter is closed, and fails with it after Close.
 // Negative n is ErrNegativePermits (nothing sent); n larger than the limit is
@@ -213,6 +217,7 @@ func (l *Limiter) Wait(ctx context.Context, n int64) (Decision, error) {
 		return r.d, r.err
 	default:
 	}
+	inFlight := s.q.busy == w || w.uncertain // a decision was sent unanswered: it may have been granted
 	if w.el != nil {
 		l.dequeue(w)
 		if s.q.list.Len() == 0 {
@@ -220,6 +225,9 @@ func (l *Limiter) Wait(ctx context.Context, n int64) (Decision, error) {
 		}
 	}
 	s.lastUsed = time.Now()
+	if inFlight {
+		return Decision{Limit: l.limit}, fmt.Errorf("%w: rate limiter wait: its decision was in flight: %w", ErrUncertain, ctx.Err())
+	}
 	return Decision{Limit: l.limit}, fmt.Errorf("prim: rate limiter wait: %w", ctx.Err())
 }
 
@@ -318,6 +326,9 @@ func (l *Limiter) serve(served chan struct{}, delay time.Duration) {
 
 		s.mu.Lock()
 		s.lastUsed = time.Now()
+		if errors.Is(err, ErrUncertain) {
+			w.uncertain = true
+		}
 		if !(err == nil && d.Allowed) {
 			s.q.busy = nil
 		}

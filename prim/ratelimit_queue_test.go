@@ -692,3 +692,49 @@ func TestWaitEndsOnPermanentErrors(t *testing.T) {
 		})
 	})
 }
+
+// TestWaitInFlightIsUncertain: a queued request whose decision is in flight
+// when its context ends (the server paused) may have been granted: Wait's
+// error matches ErrUncertain as well as the context's, so a caller (and the
+// harness's history) can tell it from a request that was still only waiting,
+// which matches the context's error alone.
+func TestWaitInFlightIsUncertain(t *testing.T) {
+	forEachServer(t, false, func(t *testing.T, c *Coordinator, admin *redis.Client) {
+		l := queueLimiter(t, c, AlgoFixedWindow, "inflight", 400*time.Millisecond, WithQueue(5, OldestFirst))
+		exhaust(t, l)
+		bg, cancelAll := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancelAll()
+		// Waiting only: not in flight.
+		short, cancelShort := context.WithTimeout(bg, 100*time.Millisecond)
+		defer cancelShort()
+		if _, err := l.Wait(short, 1); !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrUncertain) {
+			t.Fatalf("a request only waiting: %v, want the deadline alone", err)
+		}
+		exhaust2 := func() {
+			for {
+				d, err := l.Allow(bg, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !d.Allowed {
+					return
+				}
+			}
+		}
+		exhaust2()
+		out := make(chan waitOutcome, 1)
+		ctx, cancel := context.WithTimeout(bg, 2*time.Second)
+		defer cancel()
+		enqueue(t, ctx, l, "A", 1, out)
+		// Pause the server before the queue's retry (at the window's end) is
+		// answered: that decision is in flight when ctx ends.
+		if err := admin.Do(bg, "CLIENT", "PAUSE", "4000", "ALL").Err(); err != nil {
+			t.Fatal(err)
+		}
+		defer admin.Do(context.Background(), "CLIENT", "UNPAUSE")
+		o := recvOutcome(t, out, 10*time.Second)
+		if !errors.Is(o.err, context.DeadlineExceeded) || !errors.Is(o.err, ErrUncertain) {
+			t.Fatalf("a request whose decision was in flight: %v, want ErrUncertain and the deadline", o.err)
+		}
+	})
+}
