@@ -17,6 +17,12 @@ import (
 func TestWaitRidesOutRefusedLink(t *testing.T) {
 	forEachBuild(t, func(t *testing.T, e *env) {
 		ctx := ctxT(t, time.Minute)
+		// Not the defaults, on purpose: the test counts the queue's attempts
+		// during the outage, and with MaxRetries 3 each attempt is up to four
+		// sends (prim resends a script itself, per the client's policy), which
+		// blurs "a handful of attempts" against "a tight loop"; the short
+		// timeouts keep the outage's attempts within the test's minute. The
+		// default path of a failing decision is TestRateLimitUncertain's.
 		c, ctr := e.client(t, testbed.WithOptions(func(o *redis.UniversalOptions) {
 			o.MaxRetries = -1
 			o.DialTimeout = 300 * time.Millisecond

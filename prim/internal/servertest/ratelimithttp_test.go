@@ -368,7 +368,9 @@ func TestMiddlewareErrors(t *testing.T) {
 			}
 		}
 
-		// A client of nothing (a closed port): every decision fails.
+		// A client of nothing (a closed port): every decision fails. MaxRetries
+		// -1 only makes each refused dial fail at once; with the defaults the
+		// answer is the same 503, three back-offs later.
 		dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: time.Second})
 		defer dead.Close()
 		deadRL := prim.New(dead).RateLimiters()
