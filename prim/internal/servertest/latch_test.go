@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/coordtorture/coordtorture/prim"
-	"github.com/coordtorture/coordtorture/testbed"
 )
 
 type waitResult struct {
@@ -338,50 +339,42 @@ func TestLatchBadInputs(t *testing.T) {
 
 // TestLatchCluster: the single-key scripts and the waiter on Cluster.
 func TestLatchCluster(t *testing.T) {
-	for _, b := range testbed.Matrix() {
-		t.Run(b, func(t *testing.T) {
-			ctx := ctxT(t, 2*time.Minute)
-			topo := testbed.Cluster(t, b, 3, 0)
-			c, err := topo.Client()
+	forEachCluster(t, func(t *testing.T, ctx context.Context, c redis.UniversalClient) {
+		co := prim.New(c).WithPrefix("app:")
+		defer co.Close()
+		for _, key := range []string{"{batch:1}:latch", "batch:2:latch", "y"} {
+			l, err := co.CreateCountdownLatch(ctx, key, 2)
+			if err != nil {
+				t.Fatalf("%s: %v", key, err)
+			}
+			j, err := co.JoinCountdownLatch(ctx, key)
+			if err != nil || j.Generation() != l.Generation() {
+				t.Fatalf("%s: join %v %v", key, j, err)
+			}
+			waits := startWaits(ctx, j, 2)
+			if n, err := l.CountDown(ctx); n != 1 || err != nil {
+				t.Fatalf("%s: %v %v", key, n, err)
+			}
+			if n, err := j.CountDown(ctx); n != 0 || err != nil {
+				t.Fatalf("%s: %v %v", key, n, err)
+			}
+			for _, r := range collect(t, key, waits, 2, 5*time.Second) {
+				if !r.done || r.err != nil {
+					t.Fatalf("%s: wait %v %v", key, r.done, r.err)
+				}
+			}
+			r, err := co.ResetCountdownLatch(ctx, key, 1)
 			if err != nil {
 				t.Fatal(err)
 			}
-			co := prim.New(c).WithPrefix("app:")
-			defer co.Close()
-			for _, key := range []string{"{batch:1}:latch", "batch:2:latch", "y"} {
-				l, err := co.CreateCountdownLatch(ctx, key, 2)
-				if err != nil {
-					t.Fatalf("%s: %v", key, err)
-				}
-				j, err := co.JoinCountdownLatch(ctx, key)
-				if err != nil || j.Generation() != l.Generation() {
-					t.Fatalf("%s: join %v %v", key, j, err)
-				}
-				waits := startWaits(ctx, j, 2)
-				if n, err := l.CountDown(ctx); n != 1 || err != nil {
-					t.Fatalf("%s: %v %v", key, n, err)
-				}
-				if n, err := j.CountDown(ctx); n != 0 || err != nil {
-					t.Fatalf("%s: %v %v", key, n, err)
-				}
-				for _, r := range collect(t, key, waits, 2, 5*time.Second) {
-					if !r.done || r.err != nil {
-						t.Fatalf("%s: wait %v %v", key, r.done, r.err)
-					}
-				}
-				r, err := co.ResetCountdownLatch(ctx, key, 1)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if n, err := l.CountDown(ctx); n != -1 || err != nil {
-					t.Fatalf("%s: late signal %v %v", key, n, err)
-				}
-				if n, err := r.Count(ctx); n != 1 || err != nil {
-					t.Fatalf("%s: count %v %v", key, n, err)
-				}
+			if n, err := l.CountDown(ctx); n != -1 || err != nil {
+				t.Fatalf("%s: late signal %v %v", key, n, err)
 			}
-		})
-	}
+			if n, err := r.Count(ctx); n != 1 || err != nil {
+				t.Fatalf("%s: count %v %v", key, n, err)
+			}
+		}
+	})
 }
 
 // TestLatchLostReplies: with go-redis's default options, a create or reset

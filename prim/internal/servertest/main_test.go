@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -72,6 +73,23 @@ func forEachBuild(t *testing.T, f func(t *testing.T, env *env)) {
 				t.Fatal(err)
 			}
 			f(t, newEnv(t, topo))
+		})
+	}
+}
+
+// forEachCluster runs f on a 3-primary cluster (no replicas) of each build of
+// the matrix, with a cluster client of default options and a two-minute
+// context.
+func forEachCluster(t *testing.T, f func(t *testing.T, ctx context.Context, c redis.UniversalClient)) {
+	t.Helper()
+	for _, b := range testbed.Matrix() {
+		t.Run(b, func(t *testing.T) {
+			ctx := ctxT(t, 2*time.Minute)
+			c, err := testbed.Cluster(t, b, 3, 0).Client()
+			if err != nil {
+				t.Fatal(err)
+			}
+			f(t, ctx, c)
 		})
 	}
 }

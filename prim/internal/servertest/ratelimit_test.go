@@ -730,40 +730,32 @@ func TestRateLimitUncertain(t *testing.T) {
 // On a Cluster, each limiter's one key is on one slot: every algorithm works,
 // through a prefixed view too, on keys spread over the slots.
 func TestRateLimitCluster(t *testing.T) {
-	for _, b := range testbed.Matrix() {
-		t.Run(b, func(t *testing.T) {
-			ctx := ctxT(t, 2*time.Minute)
-			topo := testbed.Cluster(t, b, 3, 0)
-			c, err := topo.Client()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			co := prim.New(c)
-			for _, f := range []*prim.RateLimiters{co.RateLimiters(), co.WithPrefix("{app}:").RateLimiters()} {
-				for _, k := range limiterKinds {
-					for i := range 4 {
-						key := fmt.Sprintf("%s:%d", k.name, i)
-						l := mustLimiter(t, k, f, key, 2, 10*time.Second)
-						for j := range 2 {
-							if d, err := l.Allow(ctx, 1); err != nil || !d.Allowed || d.Remaining != int64(1-j) {
-								t.Fatalf("%s: grant %d: %+v, %v", l.Key(), j, d, err)
-							}
+	forEachCluster(t, func(t *testing.T, ctx context.Context, c redis.UniversalClient) {
+		defer c.Close()
+		co := prim.New(c)
+		for _, f := range []*prim.RateLimiters{co.RateLimiters(), co.WithPrefix("{app}:").RateLimiters()} {
+			for _, k := range limiterKinds {
+				for i := range 4 {
+					key := fmt.Sprintf("%s:%d", k.name, i)
+					l := mustLimiter(t, k, f, key, 2, 10*time.Second)
+					for j := range 2 {
+						if d, err := l.Allow(ctx, 1); err != nil || !d.Allowed || d.Remaining != int64(1-j) {
+							t.Fatalf("%s: grant %d: %+v, %v", l.Key(), j, d, err)
 						}
-						if d, err := l.Allow(ctx, 1); err != nil || d.Allowed || !d.HasRetryAfter {
-							t.Fatalf("%s: refusal: %+v, %v", l.Key(), d, err)
-						}
-						if d, err := l.Allow(ctx, 0); err != nil || d.Allowed {
-							t.Fatalf("%s: n == 0: %+v, %v", l.Key(), d, err)
-						}
-						if n, err := c.Exists(ctx, l.Key()).Result(); err != nil || n != 1 {
-							t.Fatalf("%s: exists %d, %v", l.Key(), n, err)
-						}
+					}
+					if d, err := l.Allow(ctx, 1); err != nil || d.Allowed || !d.HasRetryAfter {
+						t.Fatalf("%s: refusal: %+v, %v", l.Key(), d, err)
+					}
+					if d, err := l.Allow(ctx, 0); err != nil || d.Allowed {
+						t.Fatalf("%s: n == 0: %+v, %v", l.Key(), d, err)
+					}
+					if n, err := c.Exists(ctx, l.Key()).Result(); err != nil || n != 1 {
+						t.Fatalf("%s: exists %d, %v", l.Key(), n, err)
 					}
 				}
 			}
-		})
-	}
+		}
+	})
 }
 
 // The bucket's key outlives its time to full across many writes, whether or

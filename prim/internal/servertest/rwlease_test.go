@@ -12,7 +12,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/coordtorture/coordtorture/prim"
-	"github.com/coordtorture/coordtorture/testbed"
 )
 
 // eventually polls cond every 10ms for at most d (a bound a user would call
@@ -572,48 +571,40 @@ func TestRWLeaseBadInputs(t *testing.T) {
 
 // TestRWLeaseCluster: the one-key scripts on Cluster, default options.
 func TestRWLeaseCluster(t *testing.T) {
-	for _, b := range testbed.Matrix() {
-		t.Run(b, func(t *testing.T) {
-			ctx := ctxT(t, 2*time.Minute)
-			topo := testbed.Cluster(t, b, 3, 0)
-			c, err := topo.Client()
+	forEachCluster(t, func(t *testing.T, ctx context.Context, c redis.UniversalClient) {
+		co := prim.New(c).WithPrefix("app:")
+		for _, key := range []string{"{acct:1}:rw", "acct:2:rw", "x"} {
+			r1, err := co.TryAcquireReadLock(ctx, key, 10*time.Second)
 			if err != nil {
-				t.Fatal(err)
+				t.Fatalf("%s: %v", key, err)
 			}
-			co := prim.New(c).WithPrefix("app:")
-			for _, key := range []string{"{acct:1}:rw", "acct:2:rw", "x"} {
-				r1, err := co.TryAcquireReadLock(ctx, key, 10*time.Second)
-				if err != nil {
-					t.Fatalf("%s: %v", key, err)
-				}
-				r2, err := co.TryAcquireReadLock(ctx, key, 10*time.Second)
-				if err != nil {
-					t.Fatalf("%s: %v", key, err)
-				}
-				if _, err := co.TryAcquireWriteLock(ctx, key, 10*time.Second); !errors.Is(err, prim.ErrNotAcquired) {
-					t.Fatalf("%s: writer beside readers: %v", key, err)
-				}
-				if ok, err := r1.Renew(ctx, 20*time.Second); !ok || err != nil {
-					t.Fatalf("%s: renew %v %v", key, ok, err)
-				}
-				if held, err := r2.VerifyStillHeld(ctx); !held || err != nil {
-					t.Fatalf("%s: verify %v %v", key, held, err)
-				}
-				r1.Release(ctx)
-				r2.Release(ctx)
-				w, err := co.TryAcquireWriteLock(ctx, key, 10*time.Second)
-				if err != nil {
-					t.Fatalf("%s: writer after readers left: %v", key, err)
-				}
-				if w.Key() != "app:"+key {
-					t.Fatalf("key %q", w.Key())
-				}
-				if res, err := w.Release(ctx); res != prim.Released || err != nil {
-					t.Fatalf("%s: release %v %v", key, res, err)
-				}
+			r2, err := co.TryAcquireReadLock(ctx, key, 10*time.Second)
+			if err != nil {
+				t.Fatalf("%s: %v", key, err)
 			}
-		})
-	}
+			if _, err := co.TryAcquireWriteLock(ctx, key, 10*time.Second); !errors.Is(err, prim.ErrNotAcquired) {
+				t.Fatalf("%s: writer beside readers: %v", key, err)
+			}
+			if ok, err := r1.Renew(ctx, 20*time.Second); !ok || err != nil {
+				t.Fatalf("%s: renew %v %v", key, ok, err)
+			}
+			if held, err := r2.VerifyStillHeld(ctx); !held || err != nil {
+				t.Fatalf("%s: verify %v %v", key, held, err)
+			}
+			r1.Release(ctx)
+			r2.Release(ctx)
+			w, err := co.TryAcquireWriteLock(ctx, key, 10*time.Second)
+			if err != nil {
+				t.Fatalf("%s: writer after readers left: %v", key, err)
+			}
+			if w.Key() != "app:"+key {
+				t.Fatalf("key %q", w.Key())
+			}
+			if res, err := w.Release(ctx); res != prim.Released || err != nil {
+				t.Fatalf("%s: release %v %v", key, res, err)
+			}
+		}
+	})
 }
 
 // TestRWLeaseConcurrentExclusion: 12 reader and 4 writer goroutines on two

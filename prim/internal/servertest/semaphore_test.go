@@ -557,48 +557,40 @@ func TestSemaphoreErrorRepliesReleased(t *testing.T) {
 // In a Cluster the semaphore is one key in one slot: permits, renewals,
 // verification and release work through the cluster client (default options).
 func TestSemaphoreCluster(t *testing.T) {
-	for _, b := range testbed.Matrix() {
-		t.Run(b, func(t *testing.T) {
-			ctx := ctxT(t, 2*time.Minute)
-			topo := testbed.Cluster(t, b, 3, 0)
-			c, err := topo.Client()
-			if err != nil {
-				t.Fatal(err)
+	forEachCluster(t, func(t *testing.T, ctx context.Context, c redis.UniversalClient) {
+		co := prim.New(c)
+		for _, key := range []string{"permits", "{other}:permits", "zzz"} {
+			sem := co.Semaphore(key, 2)
+			var held []*prim.Permit
+			for range 2 {
+				p, err := sem.TryAcquire(ctx, 10*time.Second)
+				if err != nil {
+					t.Fatalf("%s: %v", key, err)
+				}
+				held = append(held, p)
 			}
-			co := prim.New(c)
-			for _, key := range []string{"permits", "{other}:permits", "zzz"} {
-				sem := co.Semaphore(key, 2)
-				var held []*prim.Permit
-				for range 2 {
-					p, err := sem.TryAcquire(ctx, 10*time.Second)
-					if err != nil {
-						t.Fatalf("%s: %v", key, err)
-					}
-					held = append(held, p)
+			if _, err := sem.TryAcquire(ctx, 10*time.Second); !errors.Is(err, prim.ErrNotAcquired) {
+				t.Fatalf("%s: third permit: %v", key, err)
+			}
+			if _, err := co.Semaphore(key, 3).TryAcquire(ctx, 10*time.Second); !errors.Is(err, prim.ErrCapacityMismatch) {
+				t.Fatalf("%s: mismatch: %v", key, err)
+			}
+			for _, p := range held {
+				if ok, err := p.Renew(ctx, prim.NoExpiry); !ok || err != nil {
+					t.Fatalf("%s: renew: %v %v", key, ok, err)
 				}
-				if _, err := sem.TryAcquire(ctx, 10*time.Second); !errors.Is(err, prim.ErrNotAcquired) {
-					t.Fatalf("%s: third permit: %v", key, err)
+				if ok, err := p.VerifyStillHeld(ctx); !ok || err != nil {
+					t.Fatalf("%s: verify: %v %v", key, ok, err)
 				}
-				if _, err := co.Semaphore(key, 3).TryAcquire(ctx, 10*time.Second); !errors.Is(err, prim.ErrCapacityMismatch) {
-					t.Fatalf("%s: mismatch: %v", key, err)
-				}
-				for _, p := range held {
-					if ok, err := p.Renew(ctx, prim.NoExpiry); !ok || err != nil {
-						t.Fatalf("%s: renew: %v %v", key, ok, err)
-					}
-					if ok, err := p.VerifyStillHeld(ctx); !ok || err != nil {
-						t.Fatalf("%s: verify: %v %v", key, ok, err)
-					}
-					if r, err := p.Release(ctx); r != prim.Released || err != nil {
-						t.Fatalf("%s: release: %v %v", key, r, err)
-					}
-				}
-				if n := c.Exists(ctx, key).Val(); n != 0 {
-					t.Fatalf("%s left after every release", key)
+				if r, err := p.Release(ctx); r != prim.Released || err != nil {
+					t.Fatalf("%s: release: %v %v", key, r, err)
 				}
 			}
-		})
-	}
+			if n := c.Exists(ctx, key).Val(); n != 0 {
+				t.Fatalf("%s left after every release", key)
+			}
+		}
+	})
 }
 
 // BenchmarkSemaphorePair measures one acquire+release pair of a semaphore
