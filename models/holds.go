@@ -44,12 +44,12 @@ type hold struct {
 	kid    int32 // dense number of id, for fast sorting and maps
 	mode   mode
 	start  int64 // the acquisition (or late renewal) returned
-	end    int64 // min(release invoke, valid − drift); ≥ start
+	end    int64 // min(release invoke, valid − drift); ≥ start (an uncertain renewal's invocation counts as a release's)
 	valid  int64 // invoke time + ttl, extended by renewals; Never without ttl
 	relInv int64 // invocation of the first release, or Never
 	weight int64
 	acq    int   // index in History.Ops of the acquisition
-	rel    int   // index of the release that ended the window, or -1
+	rel    int   // index of the release (or uncertain renewal) that ended the window, or -1
 	ttl    int64 // ns, 0 for none
 
 	// Server side, for liveness: the lease is certainly gone by freedAt,
@@ -211,6 +211,12 @@ func buildHolds(h *history.History, drift int64, want func(mode) bool) *holdSet 
 				hs.holds = append(hs.holds, nh)
 				register(len(hs.holds)-1, &h.Ops[nh.acq])
 			case history.Info:
+				// The holder stops counting on the lease (its handle fails
+				// closed, and may release it in the background): the
+				// window ends here, as at a release's invocation.
+				if o.T < hd.relInv {
+					hd.relInv, hd.rel = o.T, k
+				}
 				// It may have extended the lease, by its return at the
 				// latest (see maybeHold).
 				if ttl > 0 && o.Done && hd.expiry != history.Never {
