@@ -18,8 +18,10 @@ const (
 	// failover, restore, eviction, clock skew) that can break the property.
 	// Violations are judged one by one (Judge): the property is HAZARD, with
 	// its evidence, only when every violation is of a kind the hazard
-	// produces (Property.HazardKinds) and was not complete before the fault
-	// with a proven effect began; any other violation makes it FAIL. A stale
+	// produces (Property.HazardKinds), was not complete before the fault
+	// with a proven effect began and, where the checker says where its
+	// violations lie, lies within that fault's reach; any other violation
+	// makes it FAIL. A stale
 	// write the resource accepted is never the hazard: it is the resource's
 	// own bug.
 	MayHazard
@@ -160,9 +162,13 @@ func (j Judgement) ExitStatus() int {
 // Judge decides property p's verdict from its checker's result r and the
 // history's proven fault effects (Effects, in time order): PASS or UNKNOWN as
 // the checker said, and for a violation HAZARD when p may show the hazard,
-// every violation is of a hazard kind, and none was complete before the
-// first proven effect's fault began; FAIL otherwise, also when no fault was
-// seen to have an effect. For a violation it marks the hazard evidence, puts
+// every violation is of a hazard kind, none was complete before the first
+// proven effect's fault began, and, for a checker that reports where its
+// violations lie (Result.Reaches: rate limits), each run of them lies within
+// one effect's reach (a key granted before the effect was observed, spans
+// that can end after its fault began and that start within the horizon
+// after the effect); FAIL otherwise, also when no fault was seen to have an
+// effect. For a violation it marks the hazard evidence, puts
 // the failures' evidence first and says in the summary how the violations
 // split. Scenario runs and fencecheck decide with it, so they agree.
 func Judge(p Property, r *Result, effects []Effect) Judgement {
@@ -183,11 +189,28 @@ func judgeViolations(p Property, r *Result, effects []Effect) Judgement {
 			faultStart = ef.From
 		}
 	}
+	// inReach: every run of the kind's violations (Result.Reaches) lies
+	// within one effect's reach: on a key granted before the effect was
+	// observed, with spans that can end after the fault began and that start
+	// no later than the horizon after the effect.
+	inReach := func(kind string) bool {
+		for _, x := range r.Reaches {
+			if x.Kind != kind {
+				continue
+			}
+			if !slices.ContainsFunc(effects, func(ef Effect) bool {
+				return x.Since < ef.At && x.Last <= addSat(ef.At, x.Horizon) && addSat(x.First, x.Len) >= ef.From
+			}) {
+				return false
+			}
+		}
+		return true
+	}
 	isHazard := func(kind string) bool {
 		// A violation whose time is unknown cannot be shown to follow the
 		// fault: FAIL.
 		e, ok := r.Earliest[kind]
-		return faultStart >= 0 && slices.Contains(hz, kind) && ok && e != history.Never && e >= faultStart
+		return faultStart >= 0 && slices.Contains(hz, kind) && ok && e != history.Never && e >= faultStart && inReach(kind)
 	}
 	v := JudgedHazard
 	if len(hz) == 0 || len(r.Kinds) == 0 {
@@ -206,8 +229,10 @@ func judgeViolations(p Property, r *Result, effects []Effect) Judgement {
 		} else {
 			v = JudgedFail
 			switch {
-			case slices.Contains(hz, k) && faultStart >= 0:
+			case slices.Contains(hz, k) && faultStart >= 0 && inReach(k):
 				class = "FAIL: before the fault that had an effect"
+			case slices.Contains(hz, k) && faultStart >= 0:
+				class = "FAIL: beyond the reach of every fault that had an effect"
 			case slices.Contains(hz, k):
 				class = "FAIL: no fault was seen to have an effect"
 			}

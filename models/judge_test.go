@@ -178,3 +178,49 @@ func TestFaultsNotHappened(t *testing.T) {
 		t.Fatalf("%q", got)
 	}
 }
+
+// A rate limiter's over-admission is a fault's hazard only within the
+// fault's reach (Result.Reaches): on a key granted before the effect was
+// observed, from spans that start within the horizon after it. The review
+// that asked for it: HAZARD was decided by the first violation's time alone,
+// so over-admission on a key created after the fault, or long after it, was
+// labelled the hazard.
+func TestJudgeRateLimitReach(t *testing.T) {
+	fault := []Effect{{From: m(1000), At: m(1100), What: "n1's clock reads 4s from real time"}}
+	may := Property{Checker: "rate-limit", Expect: MayHazard, Hazards: []string{KindOverLimit}}
+	s := sliding("k", 3, 1000, 4) // at most 3 in any span shorter than 1s; reach: 2s after the effect
+	bk := bucket("b", 2, 1, 1000) // burst 2, 1 per second; reach: two refills (4s) after the effect
+	// before: each key's grants well before the fault, within the bound.
+	before := func(b *builder, op history.Op) *builder { return grants(b, op, 2, 0, m(10), m(1)) }
+	burst := func(b *builder, op history.Op, at int64) *builder { return grants(b, op, 4, at, m(10), m(1)) }
+	k2 := s
+	k2.Key = "k2"
+	cases := []struct {
+		name string
+		h    *builder
+		want Judgement
+	}{
+		{"over-admission just after the effect", burst(before(new(builder), s), s, m(1200)), JudgedHazard},
+		{"over-admission within two windows of the effect", burst(before(new(builder), s), s, m(3000)), JudgedHazard},
+		{"over-admission long after the effect", burst(before(new(builder), s), s, m(9000)), JudgedFail},
+		{"over-admission on a key first granted after the effect", burst(before(new(builder), s), k2, m(1200)), JudgedFail},
+		{"one key within reach, another first granted after it", burst(burst(before(new(builder), s), s, m(1200)), k2, m(1300)), JudgedFail},
+		{"a bucket over-admitting just after the effect", burst(before(new(builder), bk), bk, m(1200)), JudgedHazard},
+		{"a bucket over-admitting long after the effect", burst(before(new(builder), bk), bk, m(9000)), JudgedFail},
+		{"a bucket over-admitting both near and long after the effect", burst(burst(before(new(builder), bk), bk, m(1200)), bk, m(9000)), JudgedFail},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := CheckRateLimit(c.h.build(t), Options{})
+			if r.Verdict != Fail || len(r.Reaches) == 0 {
+				t.Fatalf("want an over-limit violation with its reach, got %s (reaches %v)", r.String(), r.Reaches)
+			}
+			if got := Judge(may, &r, fault); got != c.want {
+				t.Fatalf("verdict %s, want %s: %s (reaches %+v)", got, c.want, r.Summary, r.Reaches)
+			}
+			if c.want == JudgedFail && !strings.Contains(r.Summary, "beyond the reach") {
+				t.Fatalf("summary %q does not say why", r.Summary)
+			}
+		})
+	}
+}

@@ -83,6 +83,12 @@ type grant struct {
 // O(n log² n)), whose completion is the violation's time, so that a
 // violation complete before a fault is never blamed on it.
 //
+// Every limiter over its bound also gets one Reach per run of violating span
+// starts (Result.Reaches), with the key's first grant and a horizon (two
+// windows, or two refills from empty, plus Drift), so that Judge counts an
+// over-admission as a fault's hazard only on a key that had state when the
+// fault struck and in spans starting soon enough after it.
+//
 // A history in which no request was granted has nothing to check: UNKNOWN,
 // never PASS.
 func CheckRateLimit(h *history.History, o Options) Result {
@@ -150,13 +156,24 @@ func checkLimiter(h *history.History, key string, cfg limiterConfig, gs []grant,
 			c.undecided(key, "the drift allowance is longer than the span the bound applies to", cfg.from)
 			return
 		}
-		report(h, key, gs, c, func(gs []grant) *overLimit { return windowBound(gs, span, bound, name) })
+		// A lost or early-freed window's state lets a violating span start
+		// up to a window after the effect was observed; twice that, since a
+		// loss can go on after it is first observed (grants a deposed
+		// primary takes until it is demoted are discarded then).
+		report(h, key, gs, c, span, addSat(2*cfg.window, drift), func(gs []grant) *overLimit { return windowBound(gs, span, bound, name) })
 	case history.AlgoBucket:
 		if cfg.burst <= 0 || cfg.rate < 0 || cfg.period <= 0 {
 			c.undecided(key, "burst, rate or period_ms missing for a token bucket", cfg.from)
 			return
 		}
-		report(h, key, gs, c, func(gs []grant) *overLimit { return bucketBound(gs, cfg, drift) })
+		// Once the state is valid again (tokens ≤ burst) no span starting
+		// later can break the bound; a refill from empty (burst·period/rate)
+		// after the effect was observed, twice over, as for the windows.
+		horizon := history.Never
+		if cfg.rate > 0 {
+			horizon = addSat(2*int64(math.Ceil(float64(cfg.burst)*float64(cfg.period)/float64(cfg.rate))), drift)
+		}
+		report(h, key, gs, c, history.Never, horizon, func(gs []grant) *overLimit { return bucketBound(gs, cfg, drift) })
 	case "":
 		c.undecided(key, "no algo recorded for the limiter")
 	default:
@@ -186,6 +203,26 @@ func (f fenwick) sum(i int) int64 {
 type overLimit struct {
 	a, b int64
 	msg  string
+	runs [][2]int64 // the violating span starts, as runs [first, last] (ascending)
+}
+
+// startRuns groups span starts into runs of violating ones: starts holds
+// every distinct start in descending order, bad whether each violates.
+func startRuns(starts []int64, bad []bool) [][2]int64 {
+	var runs [][2]int64
+	open := false
+	for k := len(starts) - 1; k >= 0; k-- {
+		switch {
+		case bad[k] && open:
+			runs[len(runs)-1][1] = starts[k]
+		case bad[k]:
+			runs = append(runs, [2]int64{starts[k], starts[k]})
+			open = true
+		default:
+			open = false
+		}
+	}
+	return runs
 }
 
 // report checks a limiter's grants with bound (nil: within the bound) and
@@ -193,10 +230,17 @@ type overLimit struct {
 // one: the earliest completion t at which the grants completed by t already
 // break the bound (binary search: a violation stays one when grants are
 // added).
-func report(h *history.History, key string, gs []grant, c *collector, bound func([]grant) *overLimit) {
+func report(h *history.History, key string, gs []grant, c *collector, length, horizon int64, bound func([]grant) *overLimit) {
 	worst := bound(gs)
 	if worst == nil {
 		return
+	}
+	since := history.Never
+	for _, g := range gs {
+		since = min(since, g.t)
+	}
+	for _, run := range worst.runs {
+		c.reaches = append(c.reaches, Reach{Kind: KindOverLimit, Key: key, Since: since, First: run[0], Last: run[1], Len: length, Horizon: horizon})
 	}
 	rets := make([]int64, 0, len(gs))
 	for _, g := range gs {
@@ -240,6 +284,8 @@ func windowBound(gs []grant, span, bound int64, name string) *overLimit {
 	fw := make(fenwick, len(gs)+1)
 	var worst, count int64
 	var worstA int64
+	var starts []int64
+	var bad []bool
 	for k := 0; k < len(byT); {
 		a := byT[k].t
 		for ; k < len(byT) && byT[k].t == a; k++ {
@@ -247,7 +293,9 @@ func windowBound(gs []grant, span, bound int64, name string) *overLimit {
 		}
 		end := addSat(a, span)
 		hi := sort.Search(len(rets), func(n int) bool { return rets[n] > end })
-		if got := fw.sum(hi); got > bound {
+		got := fw.sum(hi)
+		starts, bad = append(starts, a), append(bad, got > bound)
+		if got > bound {
 			count++
 			if got > worst {
 				worst, worstA = got, a
@@ -265,7 +313,8 @@ func windowBound(gs []grant, span, bound int64, name string) *overLimit {
 		}
 	}
 	return &overLimit{worstA, last, fmt.Sprintf("%s: %s granted within [%s, %s] (span %v), bound %d in any span up to %v (%s over the bound)",
-		name, Plural(worst, "permit"), fmtT(worstA), fmtT(last), time.Duration(last-worstA), bound, time.Duration(span), Plural(count, "span start"))}
+		name, Plural(worst, "permit"), fmtT(worstA), fmtT(last), time.Duration(last-worstA), bound, time.Duration(span), Plural(count, "span start")),
+		startRuns(starts, bad)}
 }
 
 // reportWindow records one violation with (up to 20 of) the grants
@@ -406,6 +455,8 @@ func bucketBound(gs []grant, cfg limiterConfig, drift int64) *overLimit {
 	const eps = 1e-9
 	var count int64
 	worst, worstA := math.Inf(-1), int64(0)
+	var starts []int64
+	var bad []bool
 	for k := 0; k < len(byT); {
 		a := byT[k].t
 		for ; k < len(byT) && byT[k].t == a; k++ {
@@ -414,6 +465,7 @@ func bucketBound(gs []grant, cfg limiterConfig, drift int64) *overLimit {
 		}
 		lo := sort.Search(len(rets), func(n int) bool { return rets[n] >= a })
 		excess := tree.max(lo, len(rets)) + perNs*float64(a) - limit
+		starts, bad = append(starts, a), append(bad, excess > eps*max(1, limit))
 		if excess > eps*max(1, limit) {
 			count++
 			if excess > worst {
@@ -453,5 +505,5 @@ func bucketBound(gs []grant, cfg limiterConfig, drift int64) *overLimit {
 	return &overLimit{worstA, bestB,
 		fmt.Sprintf("token bucket (burst %d, %d per %v): %s granted within [%s, %s] (span %v), bound %.1f (%s over the bound)",
 			cfg.burst, cfg.rate, time.Duration(cfg.period), Plural(granted, "permit"), fmtT(worstA), fmtT(bestB), time.Duration(span),
-			float64(cfg.burst)+perNs*float64(span+drift), Plural(count, "span start"))}
+			float64(cfg.burst)+perNs*float64(span+drift), Plural(count, "span start")), startRuns(starts, bad)}
 }

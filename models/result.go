@@ -134,6 +134,12 @@ type Result struct {
 	// among its operations (Never if one never completed). A violation
 	// complete before a fault began cannot be that fault's doing.
 	Earliest map[string]int64 `json:"earliest_ns,omitempty"`
+	// Reaches bound where the violations of a checker that reports them
+	// (rate-limit) lie, for attributing them to a fault (Judge): a
+	// violation of a kind some Reach names counts as a fault's hazard only
+	// when its Reach is within that fault's reach. Empty for the other
+	// checkers, whose violations are judged by Earliest alone.
+	Reaches []Reach `json:"reaches,omitempty"`
 	// Evidence shows the first violations of each kind, up to
 	// Options.MaxEvidence per kind (or the reasons for UNKNOWN).
 	Evidence []Evidence `json:"evidence,omitempty"`
@@ -143,6 +149,30 @@ type Result struct {
 	Visualization []byte `json:"-"`
 	// Elapsed is how long the check took.
 	Elapsed time.Duration `json:"elapsed_ns"`
+}
+
+// Reach is where one run of a checker's violations on one key lies, and how
+// far a fault's effect can reach, for Judge: a violation is a span of time
+// whose operations break a bound, and the run is the violating spans whose
+// starts lie in [First, Last] (no span start in between that does not
+// violate).
+type Reach struct {
+	// Kind is the violations' kind.
+	Kind string `json:"kind"`
+	// Key is the limiter (or lock) concerned.
+	Key string `json:"key"`
+	// Since is the invocation of the key's first grant: a fault can only have
+	// lost state that existed when it struck.
+	Since int64 `json:"since_ns"`
+	// First and Last are the earliest and latest start of a violating span.
+	First int64 `json:"first_ns"`
+	Last  int64 `json:"last_ns"`
+	// Len is the longest a span can be: a violating span starting at a is
+	// complete by a+Len (history.Never: unbounded).
+	Len int64 `json:"len_ns"`
+	// Horizon is how long after a fault's effect was observed a violating
+	// span can still start because of it (history.Never: unbounded).
+	Horizon int64 `json:"horizon_ns"`
 }
 
 // String is the verdict line: "FAIL exclusion: summary".
@@ -247,6 +277,7 @@ type collector struct {
 	earliest map[string]int64
 	evidence []Evidence
 	unknown  []Evidence
+	reaches  []Reach
 }
 
 func newCollector(o Options) *collector {
@@ -311,7 +342,7 @@ func (c *collector) result(name string, ops int, pass string) Result {
 	case c.n > 0:
 		r.Verdict = Fail
 		r.Evidence = c.evidence
-		r.Kinds, r.Earliest = c.kinds, c.earliest
+		r.Kinds, r.Earliest, r.Reaches = c.kinds, c.earliest, c.reaches
 		r.Summary = fmt.Sprintf("%s; first: %s", Plural(c.n, "violation"), firstLine(c.evidence[0]))
 	case len(c.unknown) > 0:
 		r.Verdict = Unknown

@@ -462,6 +462,17 @@ func TestRateLimitScenarios(t *testing.T) {
 						!strings.Contains(r.Result.Evidence[0].Msg, "granted within") || len(r.Result.Evidence[0].Ops) == 0) {
 						t.Fatalf("%s: the hazard's evidence is missing: %+v", s.Name, r.Result.Evidence)
 					}
+					// The judge held every run of over-limit spans to a
+					// fault's reach (models.TestJudgeRateLimitReach): the
+					// runs must be there for it to judge.
+					if r.Checker == "rate-limit" && len(r.Result.Reaches) == 0 {
+						t.Fatalf("%s: HAZARD without the reach of its violations: %+v", s.Name, r.Result)
+					}
+					for _, x := range r.Result.Reaches {
+						if r.Checker == "rate-limit" && (x.Horizon <= 0 || x.Since > x.First || x.First > x.Last) {
+							t.Fatalf("%s: malformed reach %+v", s.Name, x)
+						}
+					}
 				}
 			}
 			checkHazardAccounted(t, s, out)
