@@ -3,6 +3,7 @@ package mutants_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -319,22 +320,33 @@ func TestResourceIgnoringTokensFailsBehindTheNetwork(t *testing.T) {
 	if err != nil || len(ss) != 1 {
 		t.Fatal(ss, err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	out, err := scenarios.Run(ctx, ss[0], scenarios.Config{Build: build(), Duration: 4 * time.Second, Seed: 1, Impl: "mutant-resource-ignores-tokens"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range out.Results {
-		if p.Checker == "fenced-resource" {
-			t.Logf("%s: %s", p.Verdict, p.Result.Summary)
-			if p.Verdict != scenarios.Fail || p.Result.Kinds[models.KindStaleWrite] == 0 {
-				t.Fatalf("fenced-resource is %s (%v), want FAIL with stale writes", p.Verdict, p.Result.Kinds)
+	// A stale write needs a cut write to reach the resource after a newer
+	// holder's, which one short run on a loaded machine may not give (CI: 22
+	// writes in 4s, none stale): one of three seeds must show it.
+	for seed := int64(1); seed <= 3; seed++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		out, err := scenarios.Run(ctx, ss[0], scenarios.Config{Build: build(), Duration: 4 * time.Second, Seed: seed, Impl: "mutant-resource-ignores-tokens"})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := slices.IndexFunc(out.Results, func(p scenarios.PropertyResult) bool { return p.Checker == "fenced-resource" })
+		if i < 0 {
+			t.Fatal("no fenced-resource property")
+		}
+		p := out.Results[i]
+		t.Logf("seed %d: %s: %s", seed, p.Verdict, p.Result.Summary)
+		if p.Result.Kinds[models.KindStaleWrite] > 0 {
+			if p.Verdict != scenarios.Fail {
+				t.Fatalf("stale writes accepted, but fenced-resource is %s", p.Verdict)
 			}
 			return
 		}
+		if p.Verdict == scenarios.Fail {
+			t.Fatalf("fenced-resource FAILs without a stale write: %v", p.Result.Kinds)
+		}
 	}
-	t.Fatal("no fenced-resource property")
+	t.Fatal("fenced-resource is not FAIL with stale writes in seeds 1 to 3")
 }
 
 // A waiter that never wakes at the holder's deadline sleeps through every
