@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+
 	"github.com/coordtorture/coordtorture/prim"
 	"github.com/coordtorture/coordtorture/testbed"
 )
@@ -16,13 +19,23 @@ import (
 // first attempts after the failover succeed and none is ErrRedirected later.
 // (The landed acquisition kept its resolved node: MOVED on every attempt for
 // the rest of the run, hash-lease/failover-cluster seed 2.) The client has
-// go-redis's default options.
+// go-redis's default options but one: it skips the maintenance-notifications
+// handshake. go-redis v9.23 (the newest) races on its own options when a node
+// refuses it: the slot-map reload the failover starts sets up pooled
+// connections that write the node client's Options under one lock while
+// prim's first dedicated connection (Conn(), which shares them under another)
+// reads them, and CI's -race run reported it here. What this test checks is
+// prim's routing, which the handshake does not touch; the default handshake
+// is exercised by every other cluster test (TestDedicatedFirstUseConcurrent
+// among them).
 func TestDedicatedPathsFollowFailover(t *testing.T) {
 	for _, b := range testbed.Matrix() {
 		t.Run(b, func(t *testing.T) {
 			ctx := ctxT(t, 2*time.Minute)
 			topo := testbed.Cluster(t, b, 3, 1)
-			c, err := topo.Client()
+			c, err := topo.Client(testbed.WithOptions(func(o *redis.UniversalOptions) {
+				o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+			}))
 			if err != nil {
 				t.Fatal(err)
 			}
