@@ -44,13 +44,21 @@ func TestCorpus(t *testing.T) {
 			if !c.Applies(h) {
 				t.Fatalf("%s does not apply to the history", checker)
 			}
-			r := c.Check(h, Options{})
+			// A history's header may state the options its run used.
+			var o Options
+			if h.Header != nil {
+				var err error
+				if _, o, err = FromHeader(h.Header); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r := c.Check(h, o)
 			if r.Verdict.String() != verdict {
 				t.Fatalf("%s: got %s, want %s: %s\n%v", checker, r.Verdict, verdict, r.Summary, r.Evidence)
 			}
 			if verdict == "PASS" {
 				for _, c := range Applicable(h) {
-					if r := c.Check(h, Options{}); r.Verdict != Pass {
+					if r := c.Check(h, o); r.Verdict != Pass {
 						t.Errorf("legal history: %s", r.String())
 					}
 				}

@@ -17,7 +17,7 @@ import (
 func CheckExclusion(h *history.History, o Options) Result {
 	start := time.Now()
 	o = o.withDefaults()
-	hs := buildHolds(h, int64(o.Drift), func(m mode) bool { return m == modeExclusive })
+	hs := buildHolds(h, int64(o.Drift), func(m mode) bool { return m == modeExclusive }, o.UncertainRenewalReleases)
 	c := newCollector(o)
 	sweepConflicts(h, hs.holds, c, func(a, b mode) bool { return true })
 	r := c.result("exclusion", len(hs.holds), fmt.Sprintf("%s on %s, none overlapping", Plural(len(hs.holds), "validity window"), Plural(countIDs(hs.holds), "lock")))
@@ -32,7 +32,7 @@ func CheckExclusion(h *history.History, o Options) Result {
 func CheckReadWrite(h *history.History, o Options) Result {
 	start := time.Now()
 	o = o.withDefaults()
-	hs := buildHolds(h, int64(o.Drift), func(m mode) bool { return m == modeRead || m == modeWrite })
+	hs := buildHolds(h, int64(o.Drift), func(m mode) bool { return m == modeRead || m == modeWrite }, o.UncertainRenewalReleases)
 	c := newCollector(o)
 	sweepConflicts(h, hs.holds, c, func(a, b mode) bool { return a == modeWrite || b == modeWrite })
 	r := c.result("rw-exclusion", len(hs.holds), fmt.Sprintf("%s on %s, writers always alone", Plural(len(hs.holds), "read/write window"), Plural(countIDs(hs.holds), "lease")))
@@ -130,7 +130,7 @@ func holdOps(h *history.History, hs ...*hold) []*history.Operation {
 func CheckSemaphore(h *history.History, o Options) Result {
 	start := time.Now()
 	o = o.withDefaults()
-	hs := buildHolds(h, int64(o.Drift), func(m mode) bool { return m == modePermit }).holds
+	hs := buildHolds(h, int64(o.Drift), func(m mode) bool { return m == modePermit }, o.UncertainRenewalReleases).holds
 	c := newCollector(o)
 	capacity := make(map[lockID]int64)
 	for k := range h.Ops {

@@ -59,6 +59,9 @@ type hold struct {
 	freedFrom int64 // earliest instant it may have gone (release invoke)
 	expiry    int64 // latest possible server-side expiry, Never if unknown
 	released  bool  // freed by an ok release
+	// cut: the window was ended by an uncertain renewal (relInv is its
+	// invocation), not a release.
+	cut bool
 	// superseded: a late renewal continued this lease in a later hold, which
 	// carries its server side.
 	superseded bool
@@ -97,8 +100,9 @@ type procKey struct {
 
 // buildHolds derives the validity windows of every ok acquisition (of the
 // given modes), matching releases and renewals to holders by (key, owner)
-// when the release carries an owner, else by (key, process).
-func buildHolds(h *history.History, drift int64, want func(mode) bool) *holdSet {
+// when the release carries an owner, else by (key, process). cutUncertain
+// ends a window at an uncertain renewal (Options.UncertainRenewalReleases).
+func buildHolds(h *history.History, drift int64, want func(mode) bool, cutUncertain bool) *holdSet {
 	n := 0
 	for k := range h.Ops {
 		if m, _ := acquireMode(h.Ops[k].F); m != modeNone && h.Ops[k].Type == history.OK && want(m) {
@@ -207,15 +211,20 @@ func buildHolds(h *history.History, drift int64, want func(mode) bool) *holdSet 
 				// successful renewal opens a new one.
 				nh := *hd
 				nh.start, nh.valid, nh.rel = o.Return, newValid, -1
+				if nh.cut {
+					nh.relInv, nh.cut = history.Never, false // the renewal proves the clean-up had not run
+				}
 				hd.superseded = true
 				hs.holds = append(hs.holds, nh)
 				register(len(hs.holds)-1, &h.Ops[nh.acq])
 			case history.Info:
-				// The holder stops counting on the lease (its handle fails
-				// closed, and may release it in the background): the
-				// window ends here, as at a release's invocation.
-				if o.T < hd.relInv {
-					hd.relInv, hd.rel = o.T, k
+				// An implementation that releases the lease after an
+				// uncertain renewal (Options.UncertainRenewalReleases):
+				// the holder stops counting on it, and its unrecorded
+				// clean-up may free it, so the window ends here, as at a
+				// release's invocation.
+				if cutUncertain && o.T < hd.relInv {
+					hd.relInv, hd.rel, hd.cut = o.T, k, true
 				}
 				// It may have extended the lease, by its return at the
 				// latest (see maybeHold).

@@ -41,7 +41,7 @@ func CheckLeaks(h *history.History, o Options) Result {
 		return r
 	}
 	// The latest instant anything of the history may still exist.
-	hs := buildHolds(h, int64(o.Drift), func(mode) bool { return true })
+	hs := buildHolds(h, int64(o.Drift), func(mode) bool { return true }, o.UncertainRenewalReleases)
 	latest, latestOp := int64(0), (*history.Operation)(nil)
 	consider := func(t int64, op *history.Operation) {
 		if t > latest {

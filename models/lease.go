@@ -21,9 +21,9 @@ import (
 //   - its certain span is the time the server certainly held its lease:
 //     from its grant's return (for an info acquisition, from the return of
 //     its first proof) to the later of the earliest moment it could have
-//     ended (the first release's invocation, the invocation of its first
-//     renewal whose outcome is unknown, or the earliest expiry: the latest
-//     certain extension + ttl − Drift) and the invocation of its last
+//     ended (the first release's invocation, or the earliest expiry: the
+//     latest certain extension + ttl − Drift; see below for an uncertain
+//     renewal) and the invocation of its last
 //     proof — an ok renew, an ok release that released, an ok verify
 //     "true" — since a lease proven held at two instants was held in
 //     between;
@@ -43,15 +43,16 @@ import (
 //     verify "false", a renew that failed without an error) inside the
 //     owner's own certain span is KindWronglyDenied.
 //
-// After a renewal that failed with an error or whose outcome is unknown, the
-// owner's denials are not checked: the handle may be lost from then on
-// (read-write leases) and answer "not held" without asking the server
-// (verify "false", a renew refused, a release "already_released" once a
-// clean-up ran). A renewal whose outcome is unknown also ends the certain
-// span (unless a later proof extends it): an implementation may fence it and
-// release the lease owner-checked in the background, a release the history
-// does not record (prim does; another owner may then be granted the lock
-// before the lease's own release or expiry).
+// With Options.UncertainRenewalReleases (an implementation that, after a
+// renewal whose outcome is unknown, fences it and releases the lease
+// owner-checked in the background, as prim does), such a renewal ends the
+// owner's certain span (unless a later proof extends it: the clean-up had not
+// run), since the history does not record that release and another owner
+// may be granted the lock before the lease's own release or expiry; and the
+// owner's denials from then on are not checked, unless a later proof shows
+// the lease still held: the handle answers "not held" without asking the
+// server (verify "false", a renew refused, a release "already_released" once
+// the clean-up ran). Without it, an uncertain renewal changes nothing.
 //
 // Releases, renewals and verifications are matched to owners by their owner
 // field, else to the latest acquisition of the same (key, field, proc).
@@ -71,7 +72,8 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 		sStart  int64  // certain span [sStart, sEnd); sEnd <= sStart: none
 		sEnd    int64
 		hasSpan bool
-		lostAt  int64 // invocation of the first renewal that failed with an error or is unknown
+		lostAt  int64 // invocation of the first renewal whose outcome is unknown (UncertainRenewalReleases)
+		proofT  int64 // invocation of the last proof, or -1
 	}
 	nAcq := 0
 	for k := range h.Ops {
@@ -171,7 +173,7 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 		releasedBy := history.Never // return of the ok release that released it
 		var releasedOp *history.Operation
 		firstRelInv := history.Never
-		lostAt, cleanAt := history.Never, history.Never // see the doc comment's last paragraph
+		lostAt := history.Never // see the doc comment's last paragraph
 		var firstProof, lastProof *history.Operation
 		for _, k := range ow.ops {
 			op := &h.Ops[k]
@@ -199,11 +201,8 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 			if op.F == history.FRelease && proves(op) && op.Return < releasedBy {
 				releasedBy, releasedOp = op.Return, op
 			}
-			if op.F == history.FRenew && (op.Type == history.Info || op.Type == history.Fail && op.Err != "") {
+			if op.F == history.FRenew && op.Type == history.Info && o.UncertainRenewalReleases {
 				lostAt = min(lostAt, op.T)
-				if op.Type == history.Info {
-					cleanAt = min(cleanAt, op.T)
-				}
 			}
 			if op.F == history.FRenew {
 				rttl := ms(op.TTLMs)
@@ -235,8 +234,11 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 		} else {
 			continue // an unknown acquisition never proven: no certain span
 		}
-		ow.lostAt = lostAt
-		ow.sEnd = min(firstRelInv, lowExp, cleanAt)
+		ow.lostAt, ow.proofT = lostAt, -1
+		if lastProof != nil {
+			ow.proofT = lastProof.T
+		}
+		ow.sEnd = min(firstRelInv, lowExp, lostAt)
 		if lastProof != nil && lastProof.T > ow.sEnd {
 			ow.sEnd = lastProof.T
 		}
@@ -330,7 +332,7 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 				switch {
 				case proves(op):
 					check(op, max(op.T, a.T), op.Return)
-				case denies(op) && ow.hasSpan && ow.sStart <= op.T && op.Return < ow.sEnd && op.T < ow.lostAt:
+				case denies(op) && ow.hasSpan && ow.sStart <= op.T && op.Return < ow.sEnd && (op.T < ow.lostAt || op.Return < ow.proofT):
 					if c.full(KindWronglyDenied) {
 						c.skip(KindWronglyDenied, a, op)
 						continue

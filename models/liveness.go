@@ -37,7 +37,7 @@ func CheckLiveness(h *history.History, o Options) Result {
 	o = o.withDefaults()
 	c := newCollector(o)
 	drift, bound := int64(o.Drift), int64(o.WakeBound)
-	hs := buildHolds(h, drift, func(m mode) bool { return m == modeExclusive })
+	hs := buildHolds(h, drift, func(m mode) bool { return m == modeExclusive }, o.UncertainRenewalReleases)
 	type acqs struct {
 		okRet   []int64 // returns of ok acquisitions
 		okIdx   []int

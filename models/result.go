@@ -215,6 +215,13 @@ type Options struct {
 	MinProgress float64 `json:"min_progress,omitempty"`
 	// MaxEvidence is how many violations each Result details. Default 10.
 	MaxEvidence int `json:"max_evidence,omitempty"`
+	// UncertainRenewalReleases says the implementation, after a renewal
+	// whose outcome is unknown, fences it and releases the lease
+	// owner-checked in the background, and answers "not held" from then on
+	// without asking the server (prim does; the peer libraries do not): the
+	// lease-protocol and exclusion checkers then end the owner's lease at
+	// that renewal, since the history does not record the clean-up.
+	UncertainRenewalReleases bool `json:"uncertain_renewal_releases,omitempty"`
 	// VisualizeLimit is the largest number of operations of a porcupine
 	// partition that is rendered as HTML. Default 5000.
 	VisualizeLimit int `json:"visualize_limit,omitempty"`

@@ -148,6 +148,12 @@ func coordinatorOf(coords *map[redis.UniversalClient]*prim.Coordinator, c redis.
 func (*primImpl) Name() string { return "prim" }
 func (*primImpl) Fenced() bool { return true }
 
+// UncertainRenewalReleases: prim fences a renewal whose outcome is unknown
+// and releases the lease owner-checked in the background, then answers "not
+// held" (models.Options.UncertainRenewalReleases). The peers and the mutants
+// do not say so: their histories are checked without it.
+func (*primImpl) UncertainRenewalReleases() bool { return true }
+
 // LeaseKey implements LeaseKeyer.
 func (*primImpl) LeaseKey(key string) string { return PrimLeaseKey(key) }
 

@@ -428,11 +428,17 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	for _, ef := range effects {
 		out.Effects = append(out.Effects, fmt.Sprintf("at %.1fs: %s", time.Duration(ef.At).Seconds(), ef.What))
 	}
+	// The checkers learn what the implementation does after an uncertain
+	// renewal (models.Options.UncertainRenewalReleases).
+	check := s.Check
+	if u, ok := impl.(interface{ UncertainRenewalReleases() bool }); ok {
+		check.UncertainRenewalReleases = u.UncertainRenewalReleases()
+	}
 	// The header carries the run's expectations into the history file, so
 	// that fencecheck reaches this verdict offline.
 	out.Header = &history.Header{Header: history.HeaderMagic, Version: 1, Scenario: s.Name, Impl: impl.Name(),
 		Build: buildName, Seed: cfg.Seed, Clients: cfg.Clients, DurationNs: int64(cfg.Duration), TTLMs: cfg.TTL.Milliseconds(),
-		Nemesis: s.Nemesis != nil, FaultsScheduled: len(events), Options: models.HeaderOptions(s.Check)}
+		Nemesis: s.Nemesis != nil, FaultsScheduled: len(events), Options: models.HeaderOptions(check)}
 	var vs []Verdict
 	for _, p := range s.Properties {
 		var r models.Result
@@ -460,7 +466,7 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 			r.Elapsed = time.Since(start)
 			cancel()
 		} else if c, ok := models.Lookup(p.Checker); ok {
-			r = c.Check(h, s.Check)
+			r = c.Check(h, check)
 		} else {
 			return nil, fmt.Errorf("scenarios: %s: unknown checker %q", s.Name, p.Checker)
 		}
