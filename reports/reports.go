@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -210,6 +211,25 @@ func writeSummary(w io.Writer, r *Run, terminal bool) error {
 	}
 	if len(unc) > 0 {
 		fmt.Fprintf(w, "\nuncertain outcomes:\n%s\n", strings.Join(unc, "\n"))
+	}
+	var ctr []string
+	for _, o := range r.Outcomes {
+		if len(o.Counters) == 0 || !shown(o) {
+			continue
+		}
+		names := make([]string, 0, len(o.Counters))
+		for n := range o.Counters {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		var kv []string
+		for _, n := range names {
+			kv = append(kv, fmt.Sprintf("%s %d", n, o.Counters[n]))
+		}
+		ctr = append(ctr, fmt.Sprintf("  %s [%s]: %s", o.Scenario, o.Impl, strings.Join(kv, ", ")))
+	}
+	if len(ctr) > 0 {
+		fmt.Fprintf(w, "\nimplementation counters (its own telemetry, read at the end of the workload):\n%s\n", strings.Join(ctr, "\n"))
 	}
 	var hz []string
 	for _, o := range r.Outcomes {
