@@ -22,6 +22,7 @@ import (
 func init() {
 	scenarios.RegisterSemImpl(PruneNotAtomic{})
 	scenarios.RegisterSemImpl(SemRelease{})
+	scenarios.RegisterSemImpl(NoExpiryExpires{})
 }
 
 func semOwner() string {
@@ -73,7 +74,8 @@ func (PruneNotAtomic) TryAcquire(ctx context.Context, c redis.UniversalClient, k
 }
 
 // semAcquireAtomic is an atomic acquisition (as prim's, without the capacity
-// check against other contenders' capacities).
+// check against other contenders' capacities). The key lives 10s past the
+// last write, or for good while it holds a permit without expiry.
 var semAcquireAtomic = redis.NewScript(`
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)
@@ -82,7 +84,8 @@ if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then return 0 end
 local score = '+inf'
 if ARGV[2] ~= '0' then score = now + tonumber(ARGV[2]) end
 redis.call('ZADD', KEYS[1], score, ARGV[1])
-redis.call('PEXPIRE', KEYS[1], 10000)
+local top = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+if top[2] == 'inf' then redis.call('PERSIST', KEYS[1]) else redis.call('PEXPIRE', KEYS[1], 10000) end
 return 1`)
 
 // semRenew renews the caller's own permit, if it is live.
@@ -94,7 +97,8 @@ if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
 local score = '+inf'
 if ARGV[2] ~= '0' then score = now + tonumber(ARGV[2]) end
 redis.call('ZADD', KEYS[1], 'XX', score, ARGV[1])
-redis.call('PEXPIRE', KEYS[1], 10000)
+local top = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+if top[2] == 'inf' then redis.call('PERSIST', KEYS[1]) else redis.call('PEXPIRE', KEYS[1], 10000) end
 return 1`)
 
 // semVerify reports whether the caller's own permit is live.
@@ -191,4 +195,22 @@ func (p *semPermit) Release(ctx context.Context) (string, error) {
 		return history.ValueAlreadyReleased, nil
 	}
 	return history.ValueReleased, nil
+}
+
+// NoExpiryExpires is the correct semaphore (SemRelease with an owner-checked
+// release) that gives a permit asked for without expiry (prim.NoExpiry) a
+// minute's lease: a crashed holder's permit is then a permit that expires,
+// which the no-expiry-crash scenario's no-expiry-kept check finds on the
+// server (FAIL).
+type NoExpiryExpires struct{}
+
+// Name implements scenarios.SemImpl.
+func (NoExpiryExpires) Name() string { return "mutant-semaphore-no-expiry-expires" }
+
+// TryAcquire implements scenarios.SemImpl.
+func (NoExpiryExpires) TryAcquire(ctx context.Context, c redis.UniversalClient, key string, capacity int, ttl time.Duration) (scenarios.SemPermit, error) {
+	if ttl == prim.NoExpiry {
+		ttl = time.Minute
+	}
+	return SemRelease{OwnerChecked: true}.TryAcquire(ctx, c, key, capacity, ttl)
 }

@@ -74,3 +74,26 @@ func runSemScenario(t *testing.T, name, impl string, seed int64) *scenarios.Outc
 	}
 	return out
 }
+
+// TestNoExpiryKeptFails: a semaphore that gives a permit without expiry a
+// lease fails semaphore/no-expiry-crash's no-expiry-kept check (the crashed
+// holder's permit has a deadline on the server), where the same semaphore
+// honouring NoExpiry passes it.
+func TestNoExpiryKeptFails(t *testing.T) {
+	kept := func(out *scenarios.Outcome) *scenarios.PropertyResult {
+		for k := range out.Results {
+			if out.Results[k].Checker == "no-expiry-kept" {
+				return &out.Results[k]
+			}
+		}
+		t.Fatal("no no-expiry-kept property")
+		return nil
+	}
+	r := kept(runSemScenario(t, "semaphore/no-expiry-crash", "mutant-semaphore-no-expiry-expires", 1))
+	if r.Verdict != scenarios.Fail || !strings.Contains(r.Result.Summary, "has the deadline") {
+		t.Fatalf("the mutant was not flagged: %s %s", r.Verdict, r.Result.Summary)
+	}
+	if r := kept(runSemScenario(t, "semaphore/no-expiry-crash", "reference-semaphore-owner-checked-release", 1)); r.Verdict != scenarios.Pass {
+		t.Fatalf("the reference: %s %s", r.Verdict, r.Result.Summary)
+	}
+}
