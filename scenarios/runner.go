@@ -93,8 +93,7 @@ func (s *Scenario) Supports(impl string) bool {
 		return ok && slices.Contains(l.Algos(), s.Algo)
 	}
 	if s.Sem {
-		_, ok := lookupSem(impl)
-		return ok
+		return isSemImpl(impl)
 	}
 	if _, ok := limiterImpls[impl]; ok {
 		return false // a rate limiter mutant is no lock

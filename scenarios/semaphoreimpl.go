@@ -83,6 +83,13 @@ func lookupSem(name string) (SemImpl, bool) {
 	return s, ok
 }
 
+// isSemImpl reports whether name is a semaphore implementation (without
+// making one).
+func isSemImpl(name string) bool {
+	_, ok := semImpls[name]
+	return ok || name == "" || name == "prim"
+}
+
 // asSemLock stands for a semaphore implementation where the runner expects
 // a lock implementation (its name; no fencing, no lock).
 type asSemLock struct{ s SemImpl }
@@ -173,6 +180,7 @@ func (p *primSems) close() {
 	for _, co := range p.coords {
 		co.Close()
 	}
+	_ = p.mp.Shutdown(context.Background())
 }
 
 type primPermit struct{ p *prim.Permit }
