@@ -361,7 +361,7 @@ func writeTable(w io.Writer, r *Run, errorsWhere string) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	legend := "ACQ/S, WRITES/S: acquisitions that got the lock (for a rate limiter: requests granted) and writes the resource accepted, per second; OPS: every operation recorded, refused attempts included"
+	legend := "ACQ/S, WRITES/S: acquisitions that got the lock (for a rate limiter: requests granted; for a semaphore: permits) and writes the resource accepted, per second; OPS: every operation recorded, refused attempts included"
 	if len(r.Comparison()) > 0 {
 		legend += "\n*: shown for comparison; its verdicts do not set the overall verdict"
 	}
@@ -385,6 +385,9 @@ type Completed struct {
 	Writes int
 	// Grants are rate-limit requests granted (ok allow and allow_wait).
 	Grants int
+	// Permits are the semaphore permits granted (ok sem_acquire and
+	// sem_acquire_wait), counted among the Acquisitions too.
+	Permits int
 }
 
 // CountCompleted counts the completed acquisitions and accepted writes of
@@ -402,7 +405,10 @@ func CountCompleted(o *scenarios.Outcome) Completed {
 			c.Writes++
 		case op.F == history.FAllow || op.F == history.FAllowWait:
 			c.Grants++
-		case strings.HasPrefix(op.F, "acquire") || strings.HasPrefix(op.F, "sem_acquire"):
+		case strings.HasPrefix(op.F, "sem_acquire"):
+			c.Acquisitions++
+			c.Permits++
+		case strings.HasPrefix(op.F, "acquire"):
 			c.Acquisitions++
 		}
 	}
@@ -410,10 +416,13 @@ func CountCompleted(o *scenarios.Outcome) Completed {
 }
 
 // String is "22 acquisitions, 18 writes", or for a rate limiter's run
-// "310 grants".
+// "310 grants", for a semaphore's "120 permits granted".
 func (c Completed) String() string {
 	if c.Grants > 0 && c.Acquisitions+c.Writes == 0 {
 		return plural(c.Grants, "grant")
+	}
+	if c.Permits > 0 && c.Permits == c.Acquisitions && c.Writes == 0 {
+		return plural(c.Permits, "permit") + " granted"
 	}
 	return plural(c.Acquisitions, "acquisition") + ", " + plural(c.Writes, "write")
 }
