@@ -14,10 +14,12 @@ TORTURE_OUT ?= runs/latest
 TORTURE_FLAGS ?=
 # The default suite: every lock family, and a representative part of the
 # ratelimit family (each algorithm's baseline, one fault that must hold and
-# one hazard each); SCENARIOS=ratelimit (or any patterns) runs others, and
-# torture-long runs every scenario.
+# one hazard each) and of the semaphore family (its baseline and its restart
+# without persistence, a hazard); SCENARIOS=ratelimit (or any patterns) runs
+# others, and torture-long runs every scenario.
 TORTURE_SUITE ?= fenced-lock waiting-lock hash-lease ratelimit/*/baseline ratelimit/fixed/partition-client \
-	ratelimit/sliding/pause-primary ratelimit/bucket/latency ratelimit/sliding/kill-restart-noaof ratelimit/bucket/clock-skew
+	ratelimit/sliding/pause-primary ratelimit/bucket/latency ratelimit/sliding/kill-restart-noaof ratelimit/bucket/clock-skew \
+	semaphore/baseline semaphore/kill-restart-noaof
 BIN ?= bin
 
 # GNU make exits 2 whenever a recipe fails, whatever its status: the torture

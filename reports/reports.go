@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -211,6 +212,25 @@ func writeSummary(w io.Writer, r *Run, terminal bool) error {
 	if len(unc) > 0 {
 		fmt.Fprintf(w, "\nuncertain outcomes:\n%s\n", strings.Join(unc, "\n"))
 	}
+	var ctr []string
+	for _, o := range r.Outcomes {
+		if len(o.Counters) == 0 || !shown(o) {
+			continue
+		}
+		names := make([]string, 0, len(o.Counters))
+		for n := range o.Counters {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		var kv []string
+		for _, n := range names {
+			kv = append(kv, fmt.Sprintf("%s %d", n, o.Counters[n]))
+		}
+		ctr = append(ctr, fmt.Sprintf("  %s [%s]: %s", o.Scenario, o.Impl, strings.Join(kv, ", ")))
+	}
+	if len(ctr) > 0 {
+		fmt.Fprintf(w, "\nimplementation counters (its own telemetry, read at the end of the workload):\n%s\n", strings.Join(ctr, "\n"))
+	}
 	var hz []string
 	for _, o := range r.Outcomes {
 		if o.Hazard == "" || !shown(o) {
@@ -341,7 +361,7 @@ func writeTable(w io.Writer, r *Run, errorsWhere string) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	legend := "ACQ/S, WRITES/S: acquisitions that got the lock (for a rate limiter: requests granted) and writes the resource accepted, per second; OPS: every operation recorded, refused attempts included"
+	legend := "ACQ/S, WRITES/S: acquisitions that got the lock (for a rate limiter: requests granted; for a semaphore: permits) and writes the resource accepted, per second; OPS: every operation recorded, refused attempts included"
 	if len(r.Comparison()) > 0 {
 		legend += "\n*: shown for comparison; its verdicts do not set the overall verdict"
 	}
@@ -365,6 +385,9 @@ type Completed struct {
 	Writes int
 	// Grants are rate-limit requests granted (ok allow and allow_wait).
 	Grants int
+	// Permits are the semaphore permits granted (ok sem_acquire and
+	// sem_acquire_wait), counted among the Acquisitions too.
+	Permits int
 }
 
 // CountCompleted counts the completed acquisitions and accepted writes of
@@ -382,7 +405,10 @@ func CountCompleted(o *scenarios.Outcome) Completed {
 			c.Writes++
 		case op.F == history.FAllow || op.F == history.FAllowWait:
 			c.Grants++
-		case strings.HasPrefix(op.F, "acquire") || strings.HasPrefix(op.F, "sem_acquire"):
+		case strings.HasPrefix(op.F, "sem_acquire"):
+			c.Acquisitions++
+			c.Permits++
+		case strings.HasPrefix(op.F, "acquire"):
 			c.Acquisitions++
 		}
 	}
@@ -390,10 +416,13 @@ func CountCompleted(o *scenarios.Outcome) Completed {
 }
 
 // String is "22 acquisitions, 18 writes", or for a rate limiter's run
-// "310 grants".
+// "310 grants", for a semaphore's "120 permits granted".
 func (c Completed) String() string {
 	if c.Grants > 0 && c.Acquisitions+c.Writes == 0 {
 		return plural(c.Grants, "grant")
+	}
+	if c.Permits > 0 && c.Permits == c.Acquisitions && c.Writes == 0 {
+		return plural(c.Permits, "permit") + " granted"
 	}
 	return plural(c.Acquisitions, "acquisition") + ", " + plural(c.Writes, "write")
 }

@@ -25,6 +25,7 @@ var leakKeys = map[string]string{
 	"fenced-lock":  lockKey,
 	"waiting-lock": lockKey,
 	"hash-lease":   leaseHash,
+	"semaphore":    semKey,
 }
 
 // leakKey returns the key the scenario's leak scan looks for ("" when its
@@ -45,7 +46,7 @@ func (s *Scenario) leakScanNA(env *Env, h *history.History) string {
 	}
 	for k := range h.Ops {
 		op := &h.Ops[k]
-		if (op.F == history.FAcquire || op.F == history.FAcquireWait) && op.Type != history.Fail {
+		if (op.F == history.FAcquire || op.F == history.FAcquireWait || op.F == history.FSemAcquire) && op.Type != history.Fail {
 			return ""
 		}
 	}
@@ -128,6 +129,9 @@ func leftOf(ctx context.Context, a *redis.Client, key string) ([]string, error) 
 	typ, err := a.Type(ctx, key).Result()
 	if err != nil {
 		return nil, err
+	}
+	if typ == "zset" && strings.Contains(key, semKey) {
+		return permitsLeft(ctx, a, key, pttl)
 	}
 	if typ != "hash" {
 		return []string{fmt.Sprintf("%s (%s, pttl %d ms)", key, typ, pttl)}, nil

@@ -92,8 +92,14 @@ func (s *Scenario) Supports(impl string) bool {
 		l, ok := lookupLimiter(impl)
 		return ok && slices.Contains(l.Algos(), s.Algo)
 	}
+	if s.Sem {
+		return isSemImpl(impl)
+	}
 	if _, ok := limiterImpls[impl]; ok {
 		return false // a rate limiter mutant is no lock
+	}
+	if _, ok := semImpls[impl]; ok {
+		return false // a semaphore mutant is no lock
 	}
 	if m, mutant := extraImpls[impl]; mutant {
 		if s.Waits {
@@ -194,9 +200,14 @@ type Outcome struct {
 	// Effects lists the observed fault effects ("at 1.8s: …").
 	Effects []string `json:"effects,omitempty"`
 	// Provider is "local" or "external"; Target names the external deployment.
-	Provider string `json:"provider"`
-	Target   string `json:"target,omitempty"`
-	Error    string `json:"error,omitempty"`
+	// Counters are what the implementation under test counted through its
+	// own telemetry during the run (a semaphore's prim.cleanup.abandoned,
+	// read with the OpenTelemetry SDK's manual reader), by name; nil when
+	// it reports none.
+	Counters map[string]int64 `json:"counters,omitempty"`
+	Provider string           `json:"provider"`
+	Target   string           `json:"target,omitempty"`
+	Error    string           `json:"error,omitempty"`
 	// Records is the history, for writing as JSONL.
 	Records []history.Op `json:"-"`
 	// Header is the history's header line: the run's expectations and
@@ -211,6 +222,7 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	cfg.defaults()
 	var impl LockImpl
 	var limiter LimiterImpl
+	var sem SemImpl
 	if s.Algo != "" {
 		l, ok := lookupLimiter(cfg.Impl)
 		if !ok {
@@ -221,6 +233,12 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 			return nil, fmt.Errorf("scenarios: %s is a %s limiter scenario; %s implements %v", s.Name, s.Algo, l.Name(), l.Algos())
 		}
 		limiter, impl = l, asLock{l}
+	} else if s.Sem {
+		si, ok := lookupSem(cfg.Impl)
+		if !ok {
+			return nil, fmt.Errorf("scenarios: %s runs semaphores; %q is none (prim, or a mutant: %v)", s.Name, cfg.Impl, SemMutants())
+		}
+		sem, impl = si, asSemLock{si}
 	} else {
 		var err error
 		if impl, err = NewImpl(cfg.Impl); err != nil {
@@ -240,7 +258,7 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	if err := s.Runnable(cfg.External != nil); err != nil {
 		return nil, fmt.Errorf("scenarios: %w", err)
 	}
-	env := &Env{Impl: impl, Limiter: limiter, Seed: cfg.Seed, TTL: cfg.TTL, Log: cfg.Logger,
+	env := &Env{Impl: impl, Limiter: limiter, Sem: sem, Seed: cfg.Seed, TTL: cfg.TTL, Log: cfg.Logger,
 		Resource: &Resource{Fencing: impl.Fenced()}}
 	if r, ok := impl.(interface{ ResourceFencing() bool }); ok {
 		env.Resource.Fencing = r.ResourceFencing()
@@ -249,6 +267,9 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 		l.setLogger(cfg.Logger)
 	}
 	if l, ok := limiter.(interface{ setLogger(*slog.Logger) }); ok {
+		l.setLogger(cfg.Logger)
+	}
+	if l, ok := sem.(interface{ setLogger(*slog.Logger) }); ok {
 		l.setLogger(cfg.Logger)
 	}
 	buildName, provider, target := "", "local", ""
@@ -274,7 +295,7 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 		}
 		defer topo.Close()
 		env.Topo, buildName = topo, topo.Build.Name
-		if s.Algo == "" { // a rate limiter protects no resource
+		if s.Algo == "" && !s.Sem { // a rate limiter or a semaphore protects no resource
 			if env.Resource, err = startResource(ctx, topo, cfg.Clients, env.Resource.Fencing); err != nil {
 				return nil, err
 			}
@@ -396,6 +417,13 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	}
 	wg.Wait()
 	env.closeCoordinators()
+	var counters map[string]int64
+	if c, ok := sem.(SemCounters); ok {
+		counters = c.Counters()
+	}
+	if c, ok := sem.(interface{ close() }); ok {
+		defer c.close()
+	}
 	if topo := env.Topo; topo != nil {
 		// Leave the topology whole again (the nemesis may have been cut short).
 		_ = topo.HealAll()
@@ -420,7 +448,7 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 
 	out := &Outcome{Scenario: s.Name, Build: buildName, Impl: impl.Name(), Seed: cfg.Seed,
 		Clients: cfg.Clients, Duration: cfg.Duration, Events: log, Records: env.Rec.Records(),
-		Provider: provider, Target: target}
+		Provider: provider, Target: target, Counters: counters}
 	h := env.Rec.History()
 	out.Ops = len(h.Ops)
 	out.Uncertain = models.CountUncertain(h)

@@ -135,6 +135,9 @@ type Scenario struct {
 	// implement (history.AlgoFixed…): the workload drives a LimiterImpl
 	// (Env.Limiter), and only the implementations of that algorithm run it.
 	Algo string
+	// Sem says the scenario's workload drives a SemImpl (Env.Sem): the
+	// semaphore family, which runs prim and the semaphore mutants only.
+	Sem bool
 	// Verify holds the scenario's own checks, by property name, for what a
 	// history cannot show (the server's state after the run); the other
 	// properties name checkers of package models.
@@ -153,7 +156,10 @@ type Env struct {
 	Impl    LockImpl
 	// Limiter is the rate limiter implementation under test (ratelimit
 	// scenarios; nil otherwise).
-	Limiter  LimiterImpl
+	Limiter LimiterImpl
+	// Sem is the semaphore implementation under test (semaphore scenarios;
+	// nil otherwise).
+	Sem      SemImpl
 	Resource *Resource
 	Seed     int64
 	TTL      time.Duration

@@ -290,11 +290,16 @@ func TestRegistryComplete(t *testing.T) {
 			want = append(want, "ratelimit/"+algo+"/"+fault)
 		}
 	}
+	for _, fault := range []string{"baseline", "partition-client", "pause-client", "kill-restart-noaof",
+		"failover-forced", "clock-skew", "no-expiry-crash", "baseline-cluster"} {
+		want = append(want, "semaphore/"+fault)
+	}
 	have := map[string]bool{}
 	for _, s := range scenarios.All() {
 		have[s.Name] = true
 		family := s.Name[:strings.Index(s.Name, "/")]
-		if family != "fenced-lock" && family != "waiting-lock" && family != "hash-lease" && family != "ratelimit" {
+		if family != "fenced-lock" && family != "waiting-lock" && family != "hash-lease" && family != "ratelimit" &&
+			family != "semaphore" {
 			t.Errorf("%s: family %q has no test that runs it", s.Name, family)
 		}
 		if s.Summary == "" || len(s.Properties) == 0 || s.Workload == nil {
@@ -306,7 +311,7 @@ func TestRegistryComplete(t *testing.T) {
 			t.Errorf("scenario %s is not registered", n)
 		}
 	}
-	if ss, err := scenarios.Match([]string{"*-cluster"}); err != nil || len(ss) != 9 {
+	if ss, err := scenarios.Match([]string{"*-cluster"}); err != nil || len(ss) != 10 {
 		t.Errorf("*-cluster matches %d scenarios, %v", len(ss), err)
 	}
 }

@@ -1,0 +1,329 @@
+package scenarios
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordtorture/coordtorture/history"
+	"github.com/coordtorture/coordtorture/models"
+	"github.com/coordtorture/coordtorture/prim"
+	"github.com/coordtorture/coordtorture/testbed"
+)
+
+// The semaphore family: semaphore/<fault>. Every client process contends
+// for the permits of one semaphore (semCapacity of them) with TryAcquire,
+// each permit leased for the run's TTL; a holder keeps its permit a while,
+// sometimes renews and verifies it, and releases it. Every acquisition is
+// recorded with the semaphore's capacity and its weight (one permit), so
+// the semaphore checker (models.CheckSemaphore) holds the permits' validity
+// windows to "never more than capacity live at once". The leak step reads
+// what is left of the semaphore once every permit's TTL has elapsed, and
+// the run reports prim's count of abandoned background clean-ups
+// (prim.cleanup.abandoned, Outcome.Counters).
+
+// semKey is the semaphore's key.
+const semKey = "semaphore"
+
+// semCapacity is the semaphore's capacity: 8 processes contend for 3.
+const semCapacity = 3
+
+// semWorkload is one client of the semaphore family. stall is the share of
+// holders that stop (a GC pause) for stallFor(ttl) while they hold the
+// permit; noExpiry is the share of acquisitions that take a permit without
+// expiry (prim.NoExpiry), released like the others; crash makes process 0
+// crash while it holds its first permit without expiry: it never releases it
+// and does nothing more.
+func semWorkload(stall float64, stallFor func(ttl time.Duration) time.Duration, noExpiry float64, crash bool) func(ctx context.Context, env *Env, proc int) {
+	return func(ctx context.Context, env *Env, proc int) {
+		r := env.Rand(proc)
+		c := env.Clients[proc]
+		rec := env.Rec
+		key := env.Key(semKey)
+		for ctx.Err() == nil {
+			// Every decision of this attempt is drawn first, whatever its
+			// outcome: the k-th attempt of a process is the same for a seed.
+			backoff := time.Duration(500+r.IntN(2000)) * time.Microsecond
+			uncertainBackoff := time.Duration(5+r.IntN(20)) * time.Millisecond
+			hold := env.TTL/20 + time.Duration(r.Int64N(int64(env.TTL/5)))
+			stalls := r.Float64() < stall
+			renews := r.Float64() < 0.3
+			forever := r.Float64() < noExpiry || crash && proc == 0
+			pause := time.Duration(r.IntN(3)) * time.Millisecond
+			ttl, ttlMs := env.TTL, env.TTL.Milliseconds()
+			if forever {
+				ttl, ttlMs = prim.NoExpiry, 0
+			}
+			op := history.Op{F: history.FSemAcquire, Key: semKey, TTLMs: ttlMs, Capacity: semCapacity, N: 1}
+			if _, err := rec.Invoke(proc, op); err != nil {
+				return
+			}
+			p, err := env.Sem.TryAcquire(ctx, c, key, semCapacity, ttl)
+			switch {
+			case err == nil:
+				rec.OK(proc, history.Op{Owner: p.Owner(), TTLMs: ttlMs})
+			case errors.Is(err, ErrContended):
+				rec.Fail(proc, history.Op{})
+				sleep(ctx, backoff)
+				continue
+			default:
+				env.failed(proc, err)
+				sleep(ctx, uncertainBackoff)
+				continue
+			}
+			if forever && crash && proc == 0 {
+				// The crash: the holder is gone, its permit without expiry
+				// stays (only a release ends it). The no-expiry-kept check
+				// finds it on the server after the run.
+				env.Log.Info("coordtorture: process 0 crashed holding a permit without expiry", "owner", p.Owner())
+				return
+			}
+			if stalls {
+				// The holder stops while it holds the permit; its lease may
+				// run out meanwhile. It does not use the permit after the
+				// pause (the checker's windows end at the lease's expiry);
+				// it only releases it.
+				sleep(ctx, stallFor(env.TTL))
+			} else {
+				sleep(ctx, hold)
+			}
+			if renews && !stalls && !forever {
+				env.renewVerify(ctx, proc, p, history.Op{Key: semKey, Owner: p.Owner()})
+			}
+			env.release(ctx, proc, history.Op{Key: semKey, Owner: p.Owner()}, p.Release)
+			sleep(ctx, pause)
+		}
+	}
+}
+
+// semProps is the family's properties: the capacity checker (which may show
+// over-capacity as the hazard of a fault that loses or expires permits),
+// and the scenario's own checks.
+func semProps(hazard bool, extra ...string) []Property {
+	p := Property{Checker: "semaphore"}
+	if hazard {
+		p.Expect, p.Hazards = MayHazard, []string{models.KindOverCapacity}
+	}
+	out := []Property{p}
+	for _, e := range extra {
+		out = append(out, Property{Checker: e})
+	}
+	return out
+}
+
+// semDrift is the checker's allowance for the server's clock against the
+// harness's (both the local machine's here).
+var semDrift = models.Options{Drift: 20 * time.Millisecond}
+
+// semScenario registers semaphore/<fault>.
+func semScenario(s *Scenario) {
+	s.Name = "semaphore/" + s.Name
+	s.Sem, s.Impls = true, []string{"prim"}
+	if s.Workload == nil {
+		s.Workload = semWorkload(0.1, func(ttl time.Duration) time.Duration { return ttl / 10 }, 0, false)
+	}
+	if s.Check == (models.Options{}) {
+		s.Check = semDrift
+	}
+	Register(s)
+}
+
+// semClockJump restarts the server (with AOF: the permits survive) with its
+// clock 4 TTLs ahead at d/3, and on true time again at 2d/3; the effect is
+// the server's TIME read ahead.
+func semClockJump(_ *rand.Rand, d time.Duration) []Event {
+	restart := func(ahead bool) func(context.Context, *Env) error {
+		return func(ctx context.Context, e *Env) error {
+			off := time.Duration(0)
+			if ahead {
+				off = 4 * e.TTL
+			}
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
+			defer cancel()
+			if err := e.Topo.SetClockOffset(sctx, "n1", off); err != nil {
+				return err
+			}
+			if ahead {
+				// Permits end early only if the jump outruns them.
+				clockAhead(sctx, e, e.Topo.Node("n1"), e.TTL)
+			}
+			return nil
+		}
+	}
+	return []Event{
+		{At: d / 3, Name: "restart the server 4 leases ahead", Do: restart(true)},
+		{At: 2 * d / 3, Name: "restart the server on true time", Do: restart(false)},
+	}
+}
+
+func init() {
+	standalone := Topology{Kind: testbed.KindStandalone}
+	replicated := Topology{Kind: testbed.KindReplicated, Replicas: 1, Sentinels: 3}
+	longStall := func(ttl time.Duration) time.Duration { return ttl + ttl/2 }
+
+	semScenario(&Scenario{Name: "baseline",
+		Summary: fmt.Sprintf("no faults; 8 processes contend for %d permits leased for the TTL, hold them briefly, "+
+			"renew and verify some, and release them. Never more than %d live permits; nothing left after the TTLs.", semCapacity, semCapacity),
+		Topo: standalone, Properties: semProps(false)})
+	semScenario(&Scenario{Name: "partition-client",
+		Summary: "one client at a time is cut off (silently) from the server and healed: acquisitions, renewals and " +
+			"releases time out (unknown outcome; prim fences an uncertain acquisition and releases it by its owner " +
+			"token). Never more than capacity.",
+		Topo: standalone, Properties: semProps(false),
+		Nemesis: func(r *rand.Rand, d time.Duration) []Event {
+			return partitionClients(r, d, 1500*time.Millisecond, 700*time.Millisecond)
+		}})
+	semScenario(&Scenario{Name: "pause-client",
+		Summary: "holders stop for 1.5× the TTL while they hold a permit (a GC pause): the permit expires and another " +
+			"process takes it. The paused holder stops using a permit whose lease may have run out (it only releases " +
+			"it); the capacity checker judges validity windows, which end at the lease's expiry. Never more than capacity.",
+		Topo: standalone, Properties: semProps(false),
+		Workload: semWorkload(0.3, longStall, 0, false)})
+	semScenario(&Scenario{Name: "kill-restart-noaof",
+		Summary: "the server is killed -9 and restarted without persistence: every live permit vanishes while its " +
+			"holder still counts on it, and the next processes take the capacity again. May show HAZARD " +
+			"(over-capacity after a restart proven to have lost the dataset), or PASS with the hazard not shown.",
+		Topo: standalone, Properties: semProps(true),
+		Nemesis: rateKillRestart(1500*time.Millisecond, 200*time.Millisecond)})
+	semScenario(&Scenario{Name: "failover-forced",
+		Summary: "replication to the replica is cut, and 1s later the sentinels fail over to it: the new primary " +
+			"lacks the permits taken in the last second and grants them again while their holders still hold them. " +
+			"May show HAZARD (over-capacity after a failover proven to have lost writes).",
+		Topo: replicated, Properties: semProps(true),
+		Nemesis: rateFailoverForced(time.Second)})
+	semScenario(&Scenario{Name: "clock-skew",
+		Summary: "the server restarts (with AOF: the permits survive) with its wall clock 4 TTLs ahead: every live " +
+			"permit's deadline (server time) has passed at once, the next acquisition prunes them and the capacity is " +
+			"granted again while their holders still hold them. May show HAZARD (over-capacity once the server's " +
+			"clock is proven ahead).",
+		Topo: Topology{Kind: testbed.KindStandalone, AOF: true}, Properties: semProps(true),
+		Nemesis:    semClockJump,
+		NoLeakScan: "the server's clock was moved: a permit taken while it ran ahead outlives its TTL in real time"})
+	semScenario(&Scenario{Name: "no-expiry-crash",
+		Summary: "a fifth of the permits are taken without expiry (prim.NoExpiry) and released; process 0 crashes " +
+			"holding one, which only a release would end: it stays, and the others contend for what is left. Never " +
+			"more than capacity; nothing left after the TTLs but the crashed holder's permit (kept by design: " +
+			"the no-expiry-kept check finds it on the server, the proof the crash happened).",
+		Topo: standalone, Properties: semProps(false, "no-expiry-kept"),
+		Workload: semWorkload(0.1, func(ttl time.Duration) time.Duration { return ttl / 10 }, 0.2, true),
+		Verify:   map[string]Verify{"no-expiry-kept": verifyNoExpiryKept}})
+	semScenario(&Scenario{Name: "baseline-cluster",
+		Summary: "on a 3-primary cluster (cluster clients; the semaphore on its slot's owner). Never more than capacity.",
+		Topo:    clusterTopo, Properties: semProps(false)})
+}
+
+// crashedPermits are the permits without expiry the history shows acquired
+// and never released (no release invoked with their owner): the crashed
+// holders'.
+func crashedPermits(h *history.History) []*history.Operation {
+	released := map[string]bool{}
+	for k := range h.Ops {
+		if op := &h.Ops[k]; op.F == history.FRelease && op.Key == semKey {
+			released[op.Owner] = true
+		}
+	}
+	var out []*history.Operation
+	for k := range h.Ops {
+		op := &h.Ops[k]
+		if op.F == history.FSemAcquire && op.Type == history.OK && op.TTLMs == 0 && !released[op.Owner] {
+			out = append(out, op)
+		}
+	}
+	return out
+}
+
+// verifyNoExpiryKept checks, on the server after the run, that every permit
+// a crashed holder took without expiry is still held, without expiry: the
+// design's promise (only a release ends it), and the proof that the crash
+// happened. No crashed holder in the history: UNKNOWN (the crash did not
+// happen, nothing was checked).
+func verifyNoExpiryKept(ctx context.Context, env *Env, h *history.History) models.Result {
+	res := models.Result{Checker: "no-expiry-kept"}
+	crashed := crashedPermits(h)
+	if len(crashed) == 0 {
+		res.Verdict, res.Summary = models.Unknown, "no holder crashed holding a permit without expiry (none was acquired): nothing checked"
+		return res
+	}
+	a, err := semPrimary(ctx, env)
+	if err != nil {
+		res.Verdict, res.Summary = models.Unknown, "cannot read the server: "+err.Error()
+		return res
+	}
+	var kept []string
+	for _, op := range crashed {
+		score, err := a.ZScore(ctx, env.Key(semKey), op.Owner).Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+			res.Verdict = models.Fail
+			res.Summary = fmt.Sprintf("process %d's permit %s, taken without expiry and never released (it crashed), is gone from the server", op.Process, op.Owner)
+			res.Violations = 1
+			res.Evidence = append(res.Evidence, models.Evidence{Kind: "permit-lost", Key: semKey, Msg: res.Summary, Ops: []history.Operation{*op}})
+			return res
+		case err != nil:
+			res.Verdict, res.Summary = models.Unknown, "cannot read the server: "+err.Error()
+			return res
+		case !math.IsInf(score, 1):
+			res.Verdict = models.Fail
+			res.Summary = fmt.Sprintf("process %d's permit %s, taken without expiry, has the deadline %.0f on the server", op.Process, op.Owner, score)
+			res.Violations = 1
+			res.Evidence = append(res.Evidence, models.Evidence{Kind: "permit-expires", Key: semKey, Msg: res.Summary, Ops: []history.Operation{*op}})
+			return res
+		}
+		kept = append(kept, fmt.Sprintf("process %d's %s", op.Process, op.Owner))
+	}
+	res.Verdict, res.Ops = models.Pass, len(crashed)
+	res.Summary = fmt.Sprintf("%s crashed holding a permit without expiry, still held on the server after the run (kept by design, not a leak): %s",
+		models.Plural(len(crashed), "holder"), strings.Join(kept, ", "))
+	return res
+}
+
+// semPrimary is an admin client of the node that holds the semaphore's key
+// as a primary.
+func semPrimary(ctx context.Context, env *Env) (*redis.Client, error) {
+	if env.Topo == nil {
+		return nil, errors.New("an external deployment")
+	}
+	for _, n := range env.Topo.Nodes() {
+		a := n.Admin()
+		role, err := a.Do(ctx, "ROLE").Slice()
+		if err != nil || len(role) == 0 || role[0] != "master" {
+			continue
+		}
+		if n, err := a.Exists(ctx, env.Key(semKey)).Result(); err == nil && n == 1 {
+			return a, nil
+		}
+	}
+	return nil, fmt.Errorf("no primary holds %s", env.Key(semKey))
+}
+
+// permitsLeft lists the live permits of the semaphore key (a sorted set of
+// permits scored with their server-time deadlines, and the capacity member
+// scored -1): each permit whose deadline is still ahead of the server's
+// clock, with its deadline. Permits without expiry (+inf) are not listed:
+// only a release ends them, by design, so what a crashed holder left that
+// way is no leak (the no-expiry-crash scenario checks that it stays).
+func permitsLeft(ctx context.Context, a *redis.Client, key string, pttl int64) ([]string, error) {
+	now, err := a.Time(ctx).Result()
+	if err != nil {
+		return nil, err
+	}
+	zs, err := a.ZRangeByScoreWithScores(ctx, key, &redis.ZRangeBy{Min: fmt.Sprintf("(%d", now.UnixMilli()), Max: "+inf"}).Result()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, z := range zs {
+		m, _ := z.Member.(string)
+		if !strings.HasPrefix(m, "P:") || math.IsInf(z.Score, 1) {
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s %s (deadline in %d ms, key pttl %d ms)", key, m, int64(z.Score)-now.UnixMilli(), pttl))
+	}
+	return out, nil
+}

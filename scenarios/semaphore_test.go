@@ -1,0 +1,109 @@
+package scenarios_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/coordtorture/coordtorture/scenarios"
+)
+
+// semHazards are the semaphore scenarios whose fault may lose or expire
+// live permits (over-capacity is their hazard, with its proven effect);
+// whether a run shows it depends on where the fault falls among the
+// holders, so PASS ("hazard not shown") is allowed too.
+var semHazards = map[string]bool{
+	"semaphore/kill-restart-noaof": true,
+	"semaphore/failover-forced":    true,
+	"semaphore/clock-skew":         true,
+}
+
+// TestSemaphoreScenarios runs every semaphore scenario briefly with prim:
+// the capacity must hold where it must, a HAZARD only with a proven effect
+// and over-capacity evidence marked as the hazard, never a FAIL or an
+// UNKNOWN; every property but the hazards' PASSes, and the run reports
+// prim's abandoned clean-ups.
+func TestSemaphoreScenarios(t *testing.T) {
+	ss, _ := scenarios.Match([]string{"semaphore"})
+	if len(ss) != 8 {
+		t.Fatalf("the semaphore family has %d scenarios, want 8", len(ss))
+	}
+	for _, s := range ss {
+		t.Run(s.Name, func(t *testing.T) {
+			out := run(t, s.Name, "prim", 1)
+			if out.Verdict == scenarios.Fail || out.Verdict == scenarios.Unknown {
+				t.Fatalf("%s: %s %s", s.Name, out.Verdict, out.Error)
+			}
+			if out.Ops < 50 {
+				t.Fatalf("only %d operations: the workload did not run", out.Ops)
+			}
+			if _, ok := out.Counters["prim.cleanup.abandoned"]; !ok {
+				t.Fatalf("%s: no prim.cleanup.abandoned count in the outcome: %v", s.Name, out.Counters)
+			}
+			t.Logf("counters %v", out.Counters)
+			for _, r := range out.Results {
+				switch {
+				case r.Verdict == scenarios.Pass:
+				case r.Verdict == scenarios.NA && r.Checker == "leaks" && s.NoLeakScan != "":
+				case r.Verdict == scenarios.Hazard && r.Checker == "semaphore" && semHazards[s.Name]:
+					for _, e := range r.Result.Evidence {
+						if !e.Hazard || e.Kind != "over-capacity" || len(e.Ops) == 0 {
+							t.Fatalf("%s: the hazard's evidence is not an over-capacity instant marked as the hazard: %+v", s.Name, e)
+						}
+					}
+				default:
+					t.Fatalf("%s: %s is %s (%s)", s.Name, r.Checker, r.Verdict, r.Result.Summary)
+				}
+			}
+			checkHazardAccounted(t, s, out)
+			if s.Name == "semaphore/no-expiry-crash" {
+				// The crash happened and its permit without expiry stayed; the
+				// leak scan does not count it.
+				if v := verdictOf(out, "no-expiry-kept"); v != scenarios.Pass {
+					t.Fatalf("no-expiry-kept is %s", v)
+				}
+				for _, r := range out.Results {
+					if r.Checker == "no-expiry-kept" && !strings.Contains(r.Result.Summary, "crashed holding") {
+						t.Fatalf("no-expiry-kept does not show the crash: %s", r.Result.Summary)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestSemaphoreImplsOnlyOnSemaphores: the semaphore scenarios run prim and
+// the semaphore mutants, nothing else; a semaphore mutant runs no lock or
+// rate limiter scenario. Refused, never a fake PASS.
+func TestSemaphoreImplsOnlyOnSemaphores(t *testing.T) {
+	scenarios.RegisterSemImpl(fakeSem{})
+	for _, tc := range []struct {
+		scenario, impl string
+		ok             bool
+	}{
+		{"semaphore/baseline", "prim", true},
+		{"semaphore/baseline", "sem-mutant-for-this-test", true},
+		{"semaphore/baseline", "redislock", false},
+		{"semaphore/baseline", "redis_rate", false},
+		{"fenced-lock/baseline", "sem-mutant-for-this-test", false},
+		{"hash-lease/baseline", "sem-mutant-for-this-test", false},
+		{"ratelimit/fixed/baseline", "sem-mutant-for-this-test", false},
+	} {
+		ss, _ := scenarios.Match([]string{tc.scenario})
+		if got := ss[0].Supports(tc.impl); got != tc.ok {
+			t.Errorf("%s supports %s: %v, want %v", tc.scenario, tc.impl, got, tc.ok)
+		}
+		if !tc.ok {
+			if _, err := scenarios.Run(context.Background(), ss[0], scenarios.Config{Impl: tc.impl}); err == nil {
+				t.Errorf("%s ran on %s", tc.scenario, tc.impl)
+			}
+		}
+	}
+	if err := scenarios.ValidImpl("sem-mutant-for-this-test"); err != nil {
+		t.Error(err)
+	}
+}
+
+type fakeSem struct{ scenarios.SemImpl }
+
+func (fakeSem) Name() string { return "sem-mutant-for-this-test" }
