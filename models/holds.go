@@ -167,6 +167,17 @@ func buildHolds(h *history.History, drift int64, want func(mode) bool, cutUncert
 			}
 			continue
 		}
+		// cut ends a window at a renewal that did not succeed, for an
+		// implementation that then surrenders the lease and releases it
+		// (Options.UncertainRenewalReleases: prim after an uncertain
+		// renewal, and a semaphore permit after any failed one): the holder
+		// stops counting on it, and its unrecorded clean-up may free it, so
+		// the window ends here, as at a release's invocation.
+		cut := func(hd *hold, o *history.Operation, k int) {
+			if cutUncertain && o.T < hd.relInv {
+				hd.relInv, hd.rel, hd.cut = o.T, k, true
+			}
+		}
 		switch o.F {
 		case history.FRelease:
 			j, ok := lookup(o)
@@ -217,15 +228,12 @@ func buildHolds(h *history.History, drift int64, want func(mode) bool, cutUncert
 				hd.superseded = true
 				hs.holds = append(hs.holds, nh)
 				register(len(hs.holds)-1, &h.Ops[nh.acq])
-			case history.Info:
-				// An implementation that releases the lease after an
-				// uncertain renewal (Options.UncertainRenewalReleases):
-				// the holder stops counting on it, and its unrecorded
-				// clean-up may free it, so the window ends here, as at a
-				// release's invocation.
-				if cutUncertain && o.T < hd.relInv {
-					hd.relInv, hd.rel, hd.cut = o.T, k, true
+			case history.Fail:
+				if hd.mode == modePermit {
+					cut(hd, o, k) // a semaphore's failed renewal surrenders the permit
 				}
+			case history.Info:
+				cut(hd, o, k)
 				// It may have extended the lease, by its return at the
 				// latest (see maybeHold).
 				if ttl > 0 && o.Done && hd.expiry != history.Never {

@@ -96,6 +96,13 @@ type asSemLock struct{ s SemImpl }
 
 func (a asSemLock) Name() string { return a.s.Name() }
 func (asSemLock) Fenced() bool   { return false }
+
+// UncertainRenewalReleases passes on what the semaphore implementation
+// says (models.Options.UncertainRenewalReleases).
+func (a asSemLock) UncertainRenewalReleases() bool {
+	u, ok := a.s.(interface{ UncertainRenewalReleases() bool })
+	return ok && u.UncertainRenewalReleases()
+}
 func (a asSemLock) TryAcquire(context.Context, redis.UniversalClient, string, time.Duration) (Held, error) {
 	return nil, fmt.Errorf("scenarios: %s is a semaphore, not a lock", a.s.Name())
 }
@@ -119,6 +126,11 @@ func newPrimSems() *primSems {
 
 func (p *primSems) setLogger(l *slog.Logger) { p.log = l }
 func (*primSems) Name() string               { return "prim" }
+
+// UncertainRenewalReleases: a permit whose renewal failed or is uncertain
+// is surrendered and released by its owner token before Renew returns, then
+// in the background (models.Options.UncertainRenewalReleases).
+func (*primSems) UncertainRenewalReleases() bool { return true }
 
 func (p *primSems) coordinator(c redis.UniversalClient) *prim.Coordinator {
 	p.mu.Lock()
