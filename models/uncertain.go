@@ -12,9 +12,10 @@ import (
 type Uncertainty struct {
 	// Info counts the client operations completed info (or never completed).
 	Info int `json:"info"`
-	// InfoAcquisitions counts the token-granting acquisitions among them.
+	// InfoAcquisitions counts the acquisitions among them (locks, leases,
+	// read-write leases, semaphore permits).
 	InfoAcquisitions int `json:"info_acquisitions"`
-	// Executed is how many of those acquisitions consumed a fencing token
+	// Executed is how many of the token-granting ones consumed a fencing token
 	// (the counter increments once per grant, so every token between the
 	// smallest and largest granted that no ok acquisition got was taken by
 	// an uncertain one); -1 when the tokens cannot tell (no tokens, or
@@ -39,13 +40,15 @@ func CountUncertain(h *history.History) Uncertainty {
 		}
 		if op.Type == history.Info {
 			u.Info++
+			if m, _ := acquireMode(op.F); m != modeNone {
+				u.InfoAcquisitions++
+			}
 		}
 		if !isTokenAcquire(op.F) {
 			continue
 		}
 		switch op.Type {
 		case history.Info:
-			u.InfoAcquisitions++
 			infoByKey[op.Key]++
 		case history.OK:
 			if op.Token > 0 {

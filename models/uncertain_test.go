@@ -1,6 +1,10 @@
 package models
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/coordtorture/coordtorture/history"
+)
 
 func TestCountUncertain(t *testing.T) {
 	// tokens 1, 2, 4: the info acquisition between took token 3.
@@ -17,5 +21,11 @@ func TestCountUncertain(t *testing.T) {
 		ok(2, m(300), m(301), acq("k", 1, 100)).build(t)
 	if u := CountUncertain(h); u.Executed != -1 {
 		t.Errorf("%+v, want unknown after a regression", u)
+	}
+	// A semaphore's uncertain acquisition is an acquisition too (the report
+	// said "0 of them acquisitions" of a semaphore run); no tokens to tell.
+	h = new(builder).info(1, m(0), m(300), history.Op{F: history.FSemAcquire, Key: "s", TTLMs: 100, Capacity: 1}).build(t)
+	if u := CountUncertain(h); u.Info != 1 || u.InfoAcquisitions != 1 || u.Executed != -1 {
+		t.Errorf("%+v, want 1 info acquisition, executed unknown", u)
 	}
 }
