@@ -98,7 +98,8 @@ func Checkers() []Checker {
 		{
 			Name: "latch",
 			Doc: "latch_*: Wait true only after the count reached 0 in that generation, false only if replaced;\n" +
-				"no underflow, one decrement per count-down; signals to a replaced generation return -1.",
+				"no underflow, one decrement per count-down; signals to a replaced generation return -1; a wait that\n" +
+				"ended unanswered (fail) did not outlive --wake-bound after its generation reached 0 or was replaced.",
 			Applies: func(h *history.History) bool {
 				return hasOp(h, func(op *history.Operation) bool { return isLatchOp(op.F) })
 			},
