@@ -331,6 +331,8 @@ func writeTable(w io.Writer, r *Run, errorsWhere string) error {
 			acq, writes = rate(c.Acquisitions, o.Duration), rate(c.Writes, o.Duration)
 		} else if c.Grants > 0 && o.Duration > 0 {
 			acq = rate(c.Grants, o.Duration) // a rate limiter: its grants (see the legend)
+		} else if c.CountDowns > 0 && o.Duration > 0 {
+			acq = rate(c.CountDowns, o.Duration) // a latch: its count-downs (see the legend)
 		}
 		impl := o.Impl
 		if !r.Decides(o.Impl) {
@@ -341,7 +343,7 @@ func writeTable(w io.Writer, r *Run, errorsWhere string) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	legend := "ACQ/S, WRITES/S: acquisitions that got the lock (for a rate limiter: requests granted) and writes the resource accepted, per second; OPS: every operation recorded, refused attempts included"
+	legend := "ACQ/S, WRITES/S: acquisitions that got the lock (for a rate limiter: requests granted; for a latch: count-downs counted) and writes the resource accepted, per second; OPS: every operation recorded, refused attempts included"
 	if len(r.Comparison()) > 0 {
 		legend += "\n*: shown for comparison; its verdicts do not set the overall verdict"
 	}
@@ -365,6 +367,9 @@ type Completed struct {
 	Writes int
 	// Grants are rate-limit requests granted (ok allow and allow_wait).
 	Grants int
+	// CountDowns are latch signals counted (ok latch_count_down with a
+	// remaining count); Opened, latch waits answered true.
+	CountDowns, Opened int
 }
 
 // CountCompleted counts the completed acquisitions and accepted writes of
@@ -382,6 +387,10 @@ func CountCompleted(o *scenarios.Outcome) Completed {
 			c.Writes++
 		case op.F == history.FAllow || op.F == history.FAllowWait:
 			c.Grants++
+		case op.F == history.FLatchCountDown && op.Count >= 0:
+			c.CountDowns++
+		case op.F == history.FLatchWait && op.Value == history.ValueTrue:
+			c.Opened++
 		case strings.HasPrefix(op.F, "acquire") || strings.HasPrefix(op.F, "sem_acquire"):
 			c.Acquisitions++
 		}
@@ -390,10 +399,13 @@ func CountCompleted(o *scenarios.Outcome) Completed {
 }
 
 // String is "22 acquisitions, 18 writes", or for a rate limiter's run
-// "310 grants".
+// "310 grants", or for a latch's "420 count-downs, 310 waits opened".
 func (c Completed) String() string {
 	if c.Grants > 0 && c.Acquisitions+c.Writes == 0 {
 		return plural(c.Grants, "grant")
+	}
+	if c.CountDowns+c.Opened > 0 && c.Acquisitions+c.Writes+c.Grants == 0 {
+		return plural(c.CountDowns, "count-down") + ", " + plural(c.Opened, "wait") + " opened"
 	}
 	return plural(c.Acquisitions, "acquisition") + ", " + plural(c.Writes, "write")
 }

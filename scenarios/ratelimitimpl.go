@@ -133,7 +133,11 @@ func ValidImpl(name string) error {
 	if _, ok := lookupLimiter(name); ok {
 		return nil
 	}
-	return fmt.Errorf("scenarios: unknown implementation %q (%v, or a mutant: %v)", name, EveryImpl(), append(Mutants(), LimiterMutants()...))
+	if _, ok := lookupLatch(name); ok {
+		return nil
+	}
+	return fmt.Errorf("scenarios: unknown implementation %q (%v, or a mutant: %v)", name, EveryImpl(),
+		append(append(Mutants(), LimiterMutants()...), LatchMutants()...))
 }
 
 // limiterImplsFor lists prim and the peers that implement algo.

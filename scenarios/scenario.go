@@ -135,6 +135,9 @@ type Scenario struct {
 	// implement (history.AlgoFixed…): the workload drives a LimiterImpl
 	// (Env.Limiter), and only the implementations of that algorithm run it.
 	Algo string
+	// Latches, for a latch scenario, says the workload drives a LatchImpl
+	// (Env.Latch): only the countdown latch implementations run it.
+	Latches bool
 	// Verify holds the scenario's own checks, by property name, for what a
 	// history cannot show (the server's state after the run); the other
 	// properties name checkers of package models.
@@ -153,7 +156,10 @@ type Env struct {
 	Impl    LockImpl
 	// Limiter is the rate limiter implementation under test (ratelimit
 	// scenarios; nil otherwise).
-	Limiter  LimiterImpl
+	Limiter LimiterImpl
+	// Latch is the countdown latch implementation under test (latch
+	// scenarios; nil otherwise).
+	Latch    LatchImpl
 	Resource *Resource
 	Seed     int64
 	TTL      time.Duration
@@ -168,6 +174,8 @@ type Env struct {
 	coords  coordinators
 	note    []string // what the running nemesis event chose (Note)
 	effect  []string // what the running nemesis event proved (Effect)
+
+	latch latchShared // the latch workload's rounds
 }
 
 // Effect records the proof that a fault had the effect its hazard needs ("the
