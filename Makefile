@@ -17,7 +17,8 @@ TORTURE_FLAGS ?=
 # one hazard each); SCENARIOS=ratelimit (or any patterns) runs others, and
 # torture-long runs every scenario.
 TORTURE_SUITE ?= fenced-lock waiting-lock hash-lease ratelimit/*/baseline ratelimit/fixed/partition-client \
-	ratelimit/sliding/pause-primary ratelimit/bucket/latency ratelimit/sliding/kill-restart-noaof ratelimit/bucket/clock-skew
+	ratelimit/sliding/pause-primary ratelimit/bucket/latency ratelimit/sliding/kill-restart-noaof ratelimit/bucket/clock-skew \
+	latch/baseline latch/reset-race
 BIN ?= bin
 
 # GNU make exits 2 whenever a recipe fails, whatever its status: the torture

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -16,6 +17,7 @@ import (
 
 func init() {
 	scenarios.RegisterLatchImpl(LatchIgnoresGeneration{})
+	scenarios.RegisterLatchImpl(LatchWaitWithoutReread{})
 }
 
 // LatchIgnoresGeneration is prim's countdown latch whose count-down ignores
@@ -81,4 +83,65 @@ func (l genBlindLatch) CountDown(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("%w: %q", prim.ErrLatchCompleted, l.Key())
 	}
 	return n, nil
+}
+
+// LatchWaitWithoutReread is prim's countdown latch whose Wait reads the
+// latch once and then only every 10 seconds: a waiter that trusts a
+// notification to come and never re-reads without one, as if every
+// notification were lost. A waiter whose generation reaches zero after its
+// first read answers long after the wake bound, or not at all: the latch
+// checker's lost-completion rule must FAIL it in latch/baseline.
+type LatchWaitWithoutReread struct{}
+
+// Name implements scenarios.LatchImpl.
+func (LatchWaitWithoutReread) Name() string { return "mutant-latch-wait-without-reread" }
+
+// Latches implements scenarios.LatchImpl: prim's, with the wait replaced.
+func (LatchWaitWithoutReread) Latches(c redis.UniversalClient, log *slog.Logger) scenarios.LatchClient {
+	return deafClient{scenarios.PrimLatches().Latches(c, log)}
+}
+
+type deafClient struct{ scenarios.LatchClient }
+
+func (d deafClient) wrap(l scenarios.Latch, err error) (scenarios.Latch, error) {
+	if err != nil {
+		return nil, err
+	}
+	return deafLatch{l}, nil
+}
+
+func (d deafClient) Create(ctx context.Context, key string, count int64) (scenarios.Latch, error) {
+	return d.wrap(d.LatchClient.Create(ctx, key, count))
+}
+
+func (d deafClient) Reset(ctx context.Context, key string, count int64) (scenarios.Latch, error) {
+	return d.wrap(d.LatchClient.Reset(ctx, key, count))
+}
+
+func (d deafClient) Join(ctx context.Context, key string) (scenarios.Latch, error) {
+	return d.wrap(d.LatchClient.Join(ctx, key))
+}
+
+type deafLatch struct{ scenarios.Latch }
+
+func (l deafLatch) Wait(ctx context.Context) (bool, error) {
+	pl := scenarios.PrimCountdownLatch(l.Latch)
+	for {
+		n, err := pl.Count(ctx)
+		switch {
+		case err != nil:
+			return false, err
+		case n == -1:
+			return false, nil
+		case n == 0:
+			return true, nil
+		}
+		t := time.NewTimer(10 * time.Second)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false, fmt.Errorf("waiting for latch %q: %w", l.Key(), ctx.Err())
+		case <-t.C:
+		}
+	}
 }

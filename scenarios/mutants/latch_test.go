@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/coordtorture/coordtorture/models"
 	"github.com/coordtorture/coordtorture/scenarios"
 )
 
@@ -33,4 +34,23 @@ func TestLatchMutantFails(t *testing.T) {
 	if out := runScenario(t, scenario, "prim"); out.Verdict != scenarios.Pass {
 		t.Fatalf("prim on %s: %s, want PASS", scenario, out.Verdict)
 	}
+}
+
+// TestLatchWaitMutantFails: a wait that never re-reads without a
+// notification (and gets none) answers long after its generation reached
+// zero, or not at all: latch/baseline must FAIL it with a lost completion
+// (stuck-waiter). prim passes latch/baseline in TestLatchScenarios.
+func TestLatchWaitMutantFails(t *testing.T) {
+	out := runScenario(t, "latch/baseline", "mutant-latch-wait-without-reread")
+	for _, r := range out.Results {
+		if r.Checker != "latch" {
+			continue
+		}
+		if r.Verdict != scenarios.Fail || len(r.Result.Evidence) == 0 || r.Result.Evidence[0].Kind != models.KindStuckWaiter ||
+			!strings.Contains(r.Result.Evidence[0].Msg, "lost completion") {
+			t.Fatalf("the mutant was not flagged with a lost completion: %s %+v", r.Verdict, r.Result.Evidence)
+		}
+		return
+	}
+	t.Fatal("no latch property")
 }
