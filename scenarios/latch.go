@@ -59,7 +59,8 @@ type latchRun struct {
 	gens  map[string]int64 // generation id → its number in the history
 	next  int64
 	round *latchRound
-	pub   chan struct{} // closed when a round is published
+	pub   chan struct{} // closed when a round is published, or the rounds end
+	ended bool          // the leader has stopped: no more rounds
 }
 
 // latchRound is one round: its key and the participants still in it.
@@ -96,24 +97,33 @@ func (r *latchRun) publish(rd *latchRound) {
 	r.pub = make(chan struct{})
 }
 
-// await returns the first round after last once published; nil when ctx
-// ends first (with the published round not taken, which the caller leaves).
-func (r *latchRun) await(ctx context.Context, last int) (rd *latchRound, taken bool) {
+// end says the leader has stopped: the participants waiting for a round
+// leave.
+func (r *latchRun) end() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.ended {
+		r.ended = true
+		close(r.pub)
+	}
+}
+
+// await returns the first round after last once published (taken false when
+// ctx ended first: the caller leaves it at once), or nil once the leader has
+// stopped. Only the leader ends the rounds, so a round it publishes as ctx
+// ends is always left, never waited for in vain.
+func (r *latchRun) await(last int) (rd *latchRound, ended bool) {
 	for {
 		r.mu.Lock()
-		rd, pub := r.round, r.pub
+		rd, pub, ended := r.round, r.pub, r.ended
 		r.mu.Unlock()
 		if rd != nil && rd.n > last {
-			if ctx.Err() != nil {
-				return rd, false
-			}
-			return rd, true
+			return rd, false
 		}
-		select {
-		case <-ctx.Done():
-			return nil, false
-		case <-pub:
+		if ended {
+			return nil, true
 		}
+		<-pub
 	}
 }
 
@@ -146,6 +156,7 @@ func latchLeader(ctx context.Context, env *Env, lc LatchClient, run *latchRun, c
 	r := env.Rand(proc)
 	procs := len(env.Clients)
 	counters := int64(latchCounters(procs))
+	defer run.end()
 	for n := 1; ctx.Err() == nil; n++ {
 		name := fmt.Sprintf("%s%d", latchPrefix, n)
 		count := counters
@@ -227,19 +238,19 @@ func latchParticipant(ctx context.Context, env *Env, lc LatchClient, run *latchR
 	waiter := isLatchWaiter(proc, len(env.Clients))
 	last := 0
 	for {
-		rd, taken := run.await(ctx, last)
-		if rd == nil {
+		rd, ended := run.await(last)
+		if ended {
 			return
 		}
 		wg := &rd.counters
 		if waiter {
 			wg = &rd.waiters
 		}
-		if !taken {
-			wg.Done() // the run ended before this process took part
-			return
-		}
 		last = rd.n
+		if ctx.Err() != nil {
+			wg.Done() // the run ended before this process took part
+			continue
+		}
 		before, between := randDur(r, cfg.signalDelay), randDur(r, cfg.signalDelay)
 		func() {
 			defer wg.Done()
