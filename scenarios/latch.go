@@ -489,7 +489,7 @@ func cutWaiters(first, gap, hold time.Duration) func(*rand.Rand, time.Duration) 
 							}
 						}
 						if gone > 0 {
-							e.Note("%d of %s closed by the cut", gone, models.Plural(int64(len(before)), "waiter's tracking connection"))
+							e.Note("%d of the waiters' %s closed by the cut", gone, models.Plural(int64(len(before)), "tracking connection"))
 							return nil
 						}
 						if time.Now().After(end) {
