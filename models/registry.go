@@ -122,8 +122,8 @@ func Checkers() []Checker {
 		},
 		{
 			Name: "progress",
-			Doc: "acquire, acquire_wait, renew, verify, release, allow, allow_wait, nemesis: in each healthy period (before the first\n" +
-				"fault, from --recover-bound after each heal) at least half of each kind is answered (ok, or fail\n" +
+			Doc: "acquire, acquire_wait, renew, verify, release, allow, allow_wait, latch_* (but delete), nemesis: in each healthy\n" +
+				"period (before the first fault, from --recover-bound after each heal) at least half of each kind is answered (ok, or fail\n" +
 				"without an error); a server refusal (MOVED, OOM...) or info is not an answer.",
 			Applies: hasProgressOps,
 			Check:   CheckProgress,
