@@ -19,7 +19,7 @@ TORTURE_FLAGS ?=
 # others, and torture-long runs every scenario.
 TORTURE_SUITE ?= fenced-lock waiting-lock hash-lease ratelimit/*/baseline ratelimit/fixed/partition-client \
 	ratelimit/sliding/pause-primary ratelimit/bucket/latency ratelimit/sliding/kill-restart-noaof ratelimit/bucket/clock-skew \
-	semaphore/baseline semaphore/kill-restart-noaof
+	semaphore/baseline semaphore/kill-restart-noaof latch/baseline latch/reset-race
 BIN ?= bin
 
 # GNU make exits 2 whenever a recipe fails, whatever its status: the torture

@@ -33,6 +33,7 @@ type latchGen struct {
 	mayInv   []int64
 	okRet    []int64
 	zeroInvs []int64 // invocations of ok count-downs that returned 0
+	zeroRets []int64 // returns of ok count-downs that returned 0
 }
 
 // CheckLatch checks countdown latches, per key and generation (gen):
@@ -48,7 +49,11 @@ type latchGen struct {
 //     only when such a reset or delete may have happened before it returned;
 //   - Wait returns true only after the count reached 0 in that generation (a
 //     count-down of it returned 0, or enough were invoked), and false only
-//     when the generation may have been replaced or deleted.
+//     when the generation may have been replaced or deleted;
+//   - no lost completion: a wait that ended unanswered (fail: its own
+//     deadline passed) did so within Options.WakeBound of its invocation or
+//     of the instant its generation certainly reached 0 or was certainly
+//     replaced, whichever is later (KindStuckWaiter).
 //
 // A generation whose create/reset is not in the history has an unknown
 // initial count: only the rules that do not need it apply.
@@ -109,6 +114,7 @@ func CheckLatch(h *history.History, o Options) Result {
 				g.okRet = append(g.okRet, op.Return)
 				if op.Count == 0 {
 					g.zeroInvs = append(g.zeroInvs, op.T)
+					g.zeroRets = append(g.zeroRets, op.Return)
 				}
 			}
 		}
@@ -171,6 +177,7 @@ func CheckLatch(h *history.History, o Options) Result {
 		slices.Sort(g.mayInv)
 		slices.Sort(g.okRet)
 		slices.Sort(g.zeroInvs)
+		slices.Sort(g.zeroRets)
 	}
 	countLE := func(s []int64, t int64) int { return sort.Search(len(s), func(n int) bool { return s[n] > t }) }
 	countLT := func(s []int64, t int64) int { return sort.Search(len(s), func(n int) bool { return s[n] >= t }) }
@@ -245,6 +252,36 @@ func CheckLatch(h *history.History, o Options) Result {
 			} else {
 				seen[gk][r] = op
 			}
+		}
+	}
+	// No lost completion: a wait that ended unanswered (fail: its deadline
+	// passed, nothing changed) must not have outlived WakeBound after its
+	// generation certainly reached zero (a count-down of it returned 0, or
+	// it was created with count 0) or was certainly replaced: a waiter is
+	// answered true or false within the bound.
+	bound := int64(o.WakeBound)
+	for k := range h.Ops {
+		op := &h.Ops[k]
+		if op.F != history.FLatchWait || op.Type != history.Fail || op.Return == history.Never {
+			continue
+		}
+		g := gens[genKey{op.Key, op.Gen}]
+		if g == nil {
+			continue
+		}
+		end, how := g.replaced, "was replaced or deleted"
+		if g.known && g.count == 0 && g.created.Return < end {
+			end, how = g.created.Return, "was created with count 0"
+		}
+		if len(g.zeroRets) > 0 && g.zeroRets[0] < end {
+			end, how = g.zeroRets[0], "reached 0"
+		}
+		if end == history.Never {
+			continue
+		}
+		if deadline := max(end, op.T) + bound; op.Return > deadline {
+			c.fail(KindStuckWaiter, op.Key, fmt.Sprintf("wait on generation %d (invoked at %s) ended unanswered at %s, though the generation %s at %s: "+
+				"not answered within %v (a lost completion)", op.Gen, fmtT(op.T), fmtT(op.Return), how, fmtT(end), o.WakeBound), g.created, op)
 		}
 	}
 	r := c.result("latch", n, fmt.Sprintf("%s on %s: counts, waits and replacements consistent", Plural(n, "latch operation"), Plural(len(gens), "generation")))

@@ -2,6 +2,7 @@ package models
 
 import (
 	"testing"
+	"time"
 
 	"github.com/coordtorture/coordtorture/history"
 )
@@ -85,4 +86,48 @@ func TestLatchUnknownInitialCount(t *testing.T) {
 	h = new(builder).ok(1, 0, 10, history.Op{F: history.FLatchJoin, Key: "l", Gen: 5}).ok(3, 12, 18, cd("l", 5, 0)).
 		ok(2, 20, 30, wait("l", 5, true)).build(t)
 	expect(t, CheckLatch(h, Options{}), Pass)
+}
+
+// TestLatchLostCompletion: a wait that ended unanswered (fail: its deadline
+// passed) more than the wake bound after its generation reached 0, was
+// created at 0 or was replaced lost its completion; one within the bound,
+// or on a generation that never completed, did not.
+func TestLatchLostCompletion(t *testing.T) {
+	const ms = int64(time.Millisecond)
+	timedOut := func(gen int64) history.Op {
+		return history.Op{F: history.FLatchWait, Key: "l", Gen: gen, Err: "timed out"}
+	}
+	o := Options{WakeBound: time.Second}
+	for name, b := range map[string]*builder{
+		"never completed": new(builder).ok(1, 0, 10, create("l", 2, 1)).ok(2, 20, 30, cd("l", 1, 1)).
+			fail(3, 15, 5000*ms, timedOut(1)),
+		"within the bound": new(builder).ok(1, 0, 10, create("l", 1, 1)).ok(2, 20, 30, cd("l", 1, 0)).
+			fail(3, 15, 900*ms, timedOut(1)),
+		"invoked late, within the bound of its invocation": new(builder).ok(1, 0, 10, create("l", 1, 1)).ok(2, 20, 30, cd("l", 1, 0)).
+			fail(3, 3000*ms, 3900*ms, timedOut(1)),
+		"replacement concurrent": new(builder).ok(1, 0, 10, create("l", 2, 1)).info(2, 20, 30, reset("l", 2, 2)).
+			fail(3, 15, 5000*ms, timedOut(1)),
+	} {
+		t.Run(name, func(t *testing.T) { expect(t, CheckLatch(b.build(t), o), Pass) })
+	}
+	for name, c := range map[string]struct {
+		b    *builder
+		want string
+	}{
+		"reached 0": {new(builder).ok(1, 0, 10, create("l", 1, 1)).ok(2, 20, 30, cd("l", 1, 0)).
+			fail(3, 15, 2000*ms, timedOut(1)), "reached 0 at"},
+		"created at 0": {new(builder).ok(1, 0, 10, create("l", 0, 1)).fail(3, 15, 2000*ms, timedOut(1)), "created with count 0"},
+		"replaced": {new(builder).ok(1, 0, 10, create("l", 2, 1)).ok(2, 20, 30, reset("l", 2, 2)).
+			fail(3, 15, 2000*ms, timedOut(1)), "was replaced or deleted"},
+		"deleted": {new(builder).ok(1, 0, 10, create("l", 2, 1)).ok(2, 20, 30, history.Op{F: history.FLatchDelete, Key: "l"}).
+			fail(3, 15, 2000*ms, timedOut(1)), "was replaced or deleted"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := CheckLatch(c.b.build(t), o)
+			expect(t, r, Fail, c.want)
+			if len(r.Evidence) == 0 || r.Evidence[0].Kind != KindStuckWaiter {
+				t.Fatalf("evidence %+v: want kind %s", r.Evidence, KindStuckWaiter)
+			}
+		})
+	}
 }

@@ -98,7 +98,8 @@ func Checkers() []Checker {
 		{
 			Name: "latch",
 			Doc: "latch_*: Wait true only after the count reached 0 in that generation, false only if replaced;\n" +
-				"no underflow, one decrement per count-down; signals to a replaced generation return -1.",
+				"no underflow, one decrement per count-down; signals to a replaced generation return -1; a wait that\n" +
+				"ended unanswered (fail) did not outlive --wake-bound after its generation reached 0 or was replaced.",
 			Applies: func(h *history.History) bool {
 				return hasOp(h, func(op *history.Operation) bool { return isLatchOp(op.F) })
 			},
@@ -121,8 +122,8 @@ func Checkers() []Checker {
 		},
 		{
 			Name: "progress",
-			Doc: "acquire, acquire_wait, renew, verify, release, allow, allow_wait, sem_acquire(_wait), nemesis: in each healthy period (before the first\n" +
-				"fault, from --recover-bound after each heal) at least half of each kind is answered (ok, or fail\n" +
+			Doc: "acquire, acquire_wait, renew, verify, release, allow, allow_wait, sem_acquire(_wait), latch_* (but delete), nemesis: in each\n" +
+				"healthy period (before the first fault, from --recover-bound after each heal) at least half of each kind is answered (ok, or fail\n" +
 				"without an error); a server refusal (MOVED, OOM...) or info is not an answer.",
 			Applies: hasProgressOps,
 			Check:   CheckProgress,

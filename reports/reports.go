@@ -351,6 +351,8 @@ func writeTable(w io.Writer, r *Run, errorsWhere string) error {
 			acq, writes = rate(c.Acquisitions, o.Duration), rate(c.Writes, o.Duration)
 		} else if c.Grants > 0 && o.Duration > 0 {
 			acq = rate(c.Grants, o.Duration) // a rate limiter: its grants (see the legend)
+		} else if c.CountDowns > 0 && o.Duration > 0 {
+			acq = rate(c.CountDowns, o.Duration) // a latch: its count-downs (see the legend)
 		}
 		impl := o.Impl
 		if !r.Decides(o.Impl) {
@@ -361,7 +363,7 @@ func writeTable(w io.Writer, r *Run, errorsWhere string) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	legend := "ACQ/S, WRITES/S: acquisitions that got the lock (for a rate limiter: requests granted; for a semaphore: permits) and writes the resource accepted, per second; OPS: every operation recorded, refused attempts included"
+	legend := "ACQ/S, WRITES/S: acquisitions that got the lock (for a rate limiter: requests granted; for a semaphore: permits; for a latch: count-downs counted) and writes the resource accepted, per second; OPS: every operation recorded, refused attempts included"
 	if len(r.Comparison()) > 0 {
 		legend += "\n*: shown for comparison; its verdicts do not set the overall verdict"
 	}
@@ -388,6 +390,9 @@ type Completed struct {
 	// Permits are the semaphore permits granted (ok sem_acquire and
 	// sem_acquire_wait), counted among the Acquisitions too.
 	Permits int
+	// CountDowns are latch signals counted (ok latch_count_down with a
+	// remaining count); Opened, latch waits answered true.
+	CountDowns, Opened int
 }
 
 // CountCompleted counts the completed acquisitions and accepted writes of
@@ -405,6 +410,10 @@ func CountCompleted(o *scenarios.Outcome) Completed {
 			c.Writes++
 		case op.F == history.FAllow || op.F == history.FAllowWait:
 			c.Grants++
+		case op.F == history.FLatchCountDown && op.Count >= 0:
+			c.CountDowns++
+		case op.F == history.FLatchWait && op.Value == history.ValueTrue:
+			c.Opened++
 		case strings.HasPrefix(op.F, "sem_acquire"):
 			c.Acquisitions++
 			c.Permits++
@@ -416,13 +425,17 @@ func CountCompleted(o *scenarios.Outcome) Completed {
 }
 
 // String is "22 acquisitions, 18 writes", or for a rate limiter's run
-// "310 grants", for a semaphore's "120 permits granted".
+// "310 grants", for a semaphore's "120 permits granted", or for a latch's
+// "420 count-downs, 310 waits opened".
 func (c Completed) String() string {
 	if c.Grants > 0 && c.Acquisitions+c.Writes == 0 {
 		return plural(c.Grants, "grant")
 	}
 	if c.Permits > 0 && c.Permits == c.Acquisitions && c.Writes == 0 {
 		return plural(c.Permits, "permit") + " granted"
+	}
+	if c.CountDowns+c.Opened > 0 && c.Acquisitions+c.Writes+c.Grants == 0 {
+		return plural(c.CountDowns, "count-down") + ", " + plural(c.Opened, "wait") + " opened"
 	}
 	return plural(c.Acquisitions, "acquisition") + ", " + plural(c.Writes, "write")
 }

@@ -26,6 +26,7 @@ var leakKeys = map[string]string{
 	"waiting-lock": lockKey,
 	"hash-lease":   leaseHash,
 	"semaphore":    semKey,
+	"latch":        latchPrefix, // every round's latch is deleted: nothing may remain
 }
 
 // leakKey returns the key the scenario's leak scan looks for ("" when its
@@ -49,8 +50,11 @@ func (s *Scenario) leakScanNA(env *Env, h *history.History) string {
 		if (op.F == history.FAcquire || op.F == history.FAcquireWait || op.F == history.FSemAcquire) && op.Type != history.Fail {
 			return ""
 		}
+		if (op.F == history.FLatchCreate || op.F == history.FLatchReset) && op.Type != history.Fail {
+			return ""
+		}
 	}
-	return "no acquisition succeeded or was of unknown outcome: nothing could have been left behind"
+	return "no acquisition (or latch creation) succeeded or was of unknown outcome: nothing could have been left behind"
 }
 
 // leakScanAt is when the scan may run: a lease lives until its acquisition's

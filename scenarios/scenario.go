@@ -138,6 +138,9 @@ type Scenario struct {
 	// Sem says the scenario's workload drives a SemImpl (Env.Sem): the
 	// semaphore family, which runs prim and the semaphore mutants only.
 	Sem bool
+	// Latches, for a latch scenario, says the workload drives a LatchImpl
+	// (Env.Latch): only the countdown latch implementations run it.
+	Latches bool
 	// Verify holds the scenario's own checks, by property name, for what a
 	// history cannot show (the server's state after the run); the other
 	// properties name checkers of package models.
@@ -159,7 +162,10 @@ type Env struct {
 	Limiter LimiterImpl
 	// Sem is the semaphore implementation under test (semaphore scenarios;
 	// nil otherwise).
-	Sem      SemImpl
+	Sem SemImpl
+	// Latch is the countdown latch implementation under test (latch
+	// scenarios; nil otherwise).
+	Latch    LatchImpl
 	Resource *Resource
 	Seed     int64
 	TTL      time.Duration
@@ -174,6 +180,8 @@ type Env struct {
 	coords  coordinators
 	note    []string // what the running nemesis event chose (Note)
 	effect  []string // what the running nemesis event proved (Effect)
+
+	latch latchShared // the latch workload's rounds
 }
 
 // Effect records the proof that a fault had the effect its hazard needs ("the

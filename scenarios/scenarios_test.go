@@ -294,12 +294,15 @@ func TestRegistryComplete(t *testing.T) {
 		"failover-forced", "clock-skew", "no-expiry-crash", "baseline-cluster"} {
 		want = append(want, "semaphore/"+fault)
 	}
+	for _, fault := range []string{"baseline", "lost-notifications", "reset-race", "failover-forced", "baseline-cluster"} {
+		want = append(want, "latch/"+fault)
+	}
 	have := map[string]bool{}
 	for _, s := range scenarios.All() {
 		have[s.Name] = true
 		family := s.Name[:strings.Index(s.Name, "/")]
 		if family != "fenced-lock" && family != "waiting-lock" && family != "hash-lease" && family != "ratelimit" &&
-			family != "semaphore" {
+			family != "semaphore" && family != "latch" {
 			t.Errorf("%s: family %q has no test that runs it", s.Name, family)
 		}
 		if s.Summary == "" || len(s.Properties) == 0 || s.Workload == nil {
@@ -311,7 +314,7 @@ func TestRegistryComplete(t *testing.T) {
 			t.Errorf("scenario %s is not registered", n)
 		}
 	}
-	if ss, err := scenarios.Match([]string{"*-cluster"}); err != nil || len(ss) != 10 {
+	if ss, err := scenarios.Match([]string{"*-cluster"}); err != nil || len(ss) != 11 {
 		t.Errorf("*-cluster matches %d scenarios, %v", len(ss), err)
 	}
 }

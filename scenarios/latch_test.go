@@ -1,0 +1,136 @@
+package scenarios_test
+
+import (
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordtorture/coordtorture/history"
+	"github.com/coordtorture/coordtorture/scenarios"
+)
+
+// TestLatchScenarios runs every latch scenario briefly with prim: each gets
+// its expected verdict (PASS; latch/failover-forced HAZARD, with the proven
+// effect, or PASS when the failover lost nothing the latches needed), never
+// FAIL, and each fault the scenario is about is shown to have happened.
+func TestLatchScenarios(t *testing.T) {
+	ss, _ := scenarios.Match([]string{"latch"})
+	if len(ss) != 5 {
+		t.Fatalf("%d latch scenarios, want 5", len(ss))
+	}
+	for _, s := range ss {
+		t.Run(s.Name, func(t *testing.T) {
+			out := run(t, s.Name, "prim", 1)
+			switch {
+			case out.Verdict == scenarios.Fail || out.Verdict == scenarios.Unknown:
+				t.Fatalf("%s: %s (%s)", s.Name, out.Verdict, out.Error)
+			case s.Name != "latch/failover-forced" && out.Verdict != scenarios.Pass:
+				t.Fatalf("%s: %s, want PASS", s.Name, out.Verdict)
+			}
+			if out.Ops < 50 {
+				t.Fatalf("only %d operations: the workload did not run", out.Ops)
+			}
+			if v := verdictOf(out, "latch"); v != scenarios.Pass && v != scenarios.Hazard {
+				t.Fatalf("latch: %s", v)
+			}
+			if v := verdictOf(out, "leaks"); v != scenarios.Pass && v != scenarios.Hazard {
+				t.Fatalf("leaks: %s: a deleted latch must leave nothing", v)
+			}
+			checkHazardAccounted(t, s, out)
+			var opened, replacedSignals, falseWaits, completed int
+			for _, op := range out.Records {
+				switch {
+				case op.Type == history.OK && op.F == history.FLatchWait && op.Value == history.ValueTrue:
+					opened++
+				case op.Type == history.OK && op.F == history.FLatchWait && op.Value == history.ValueFalse:
+					falseWaits++
+				case op.Type == history.OK && op.F == history.FLatchCountDown && op.Count == -1:
+					replacedSignals++
+				case op.Type == history.Fail && op.F == history.FLatchCountDown && op.Value == "completed":
+					completed++
+				}
+			}
+			t.Logf("waits opened %d, false %d; signals to replaced generations %d, to completed ones %d", opened, falseWaits, replacedSignals, completed)
+			if opened == 0 {
+				t.Fatal("no wait opened: nothing was checked")
+			}
+			switch s.Name {
+			case "latch/reset-race":
+				// The race must happen: old waiters woken with false, late
+				// signals answered -1.
+				if replacedSignals == 0 || falseWaits == 0 {
+					t.Fatalf("no reset raced a signal (%d) or a wait (%d)", replacedSignals, falseWaits)
+				}
+			case "latch/lost-notifications":
+				// Each cut proven: the waiters' tracking connections closed.
+				cuts := 0
+				for _, ev := range out.Events {
+					if ev.Kind == "heal" && strings.Contains(ev.Name, "closed by the cut") {
+						cuts++
+					}
+				}
+				if cuts == 0 {
+					t.Fatalf("no cut shown to close a waiter's tracking connection: %+v", out.Events)
+				}
+				// And the counters brought a count to zero while the waiters
+				// were cut off: that completion's notification was lost.
+				var cutOff [][2]time.Duration // from a cut's end to its heal's start
+				for k, ev := range out.Events {
+					if ev.Kind == "fault" && k+1 < len(out.Events) && out.Events[k+1].Kind == "heal" {
+						cutOff = append(cutOff, [2]time.Duration{ev.End, out.Events[k+1].At})
+					}
+				}
+				zeros := 0
+				invoked := map[int]time.Duration{}
+				for _, op := range out.Records {
+					if op.Type == history.Invoke {
+						invoked[op.Process] = time.Duration(op.T)
+					}
+					if op.Type != history.OK || op.F != history.FLatchCountDown || op.Count != 0 {
+						continue
+					}
+					for _, c := range cutOff {
+						if invoked[op.Process] > c[0] && time.Duration(op.T) < c[1] {
+							zeros++
+						}
+					}
+				}
+				t.Logf("%d counts reached zero while the waiters were cut off", zeros)
+				if zeros == 0 {
+					t.Fatal("no count reached zero while the waiters were cut off: no completion's notification was lost")
+				}
+			}
+		})
+	}
+}
+
+// TestLatchImplsOnlyInLatchScenarios: a latch scenario runs prim and the
+// latch mutants, and refuses a lock implementation; a lock or rate limiter
+// scenario refuses a latch mutant.
+func TestLatchImplsOnlyInLatchScenarios(t *testing.T) {
+	latch, _ := scenarios.Match([]string{"latch/reset-race"})
+	lock, _ := scenarios.Match([]string{"fenced-lock/baseline"})
+	rate, _ := scenarios.Match([]string{"ratelimit/fixed/baseline"})
+	scenarios.RegisterLatchImpl(fakeLatchMutant{})
+	switch {
+	case !latch[0].Supports("prim") || !latch[0].Supports(fakeLatchMutant{}.Name()):
+		t.Error("latch/reset-race refuses prim or a latch mutant")
+	case latch[0].Supports("redislock") || latch[0].Supports("mutant-release-without-owner-check"):
+		t.Error("latch/reset-race accepts a lock implementation")
+	case lock[0].Supports(fakeLatchMutant{}.Name()) || rate[0].Supports(fakeLatchMutant{}.Name()):
+		t.Error("a lock or rate limiter scenario accepts a latch mutant")
+	}
+	if err := scenarios.ValidImpl(fakeLatchMutant{}.Name()); err != nil {
+		t.Error(err)
+	}
+}
+
+type fakeLatchMutant struct{}
+
+func (fakeLatchMutant) Name() string { return "latch-mutant-for-this-test" }
+func (fakeLatchMutant) Latches(c redis.UniversalClient, log *slog.Logger) scenarios.LatchClient {
+	return scenarios.PrimLatches().Latches(c, log)
+}
