@@ -195,19 +195,24 @@ func TestJudgeRateLimitReach(t *testing.T) {
 	burst := func(b *builder, op history.Op, at int64) *builder { return grants(b, op, 4, at, m(10), m(1)) }
 	k2 := s
 	k2.Key = "k2"
+	two := append([]Effect{}, fault[0], Effect{From: m(6000), At: m(6100), What: "n1's clock reads 4s from real time"})
 	cases := []struct {
 		name string
 		h    *builder
 		want Judgement
+		log  []Effect // nil: fault
 	}{
-		{"over-admission just after the effect", burst(before(new(builder), s), s, m(1200)), JudgedHazard},
-		{"over-admission within two windows of the effect", burst(before(new(builder), s), s, m(3000)), JudgedHazard},
-		{"over-admission long after the effect", burst(before(new(builder), s), s, m(9000)), JudgedFail},
-		{"over-admission on a key first granted after the effect", burst(before(new(builder), s), k2, m(1200)), JudgedFail},
-		{"one key within reach, another first granted after it", burst(burst(before(new(builder), s), s, m(1200)), k2, m(1300)), JudgedFail},
-		{"a bucket over-admitting just after the effect", burst(before(new(builder), bk), bk, m(1200)), JudgedHazard},
-		{"a bucket over-admitting long after the effect", burst(before(new(builder), bk), bk, m(9000)), JudgedFail},
-		{"a bucket over-admitting both near and long after the effect", burst(burst(before(new(builder), bk), bk, m(1200)), bk, m(9000)), JudgedFail},
+		{"over-admission just after the effect", burst(before(new(builder), s), s, m(1200)), JudgedHazard, nil},
+		{"over-admission within two windows of the effect", burst(before(new(builder), s), s, m(3000)), JudgedHazard, nil},
+		{"over-admission long after the effect", burst(before(new(builder), s), s, m(9000)), JudgedFail, nil},
+		{"over-admission on a key first granted after the effect", burst(before(new(builder), s), k2, m(1200)), JudgedFail, nil},
+		{"one key within reach, another first granted after it", burst(burst(before(new(builder), s), s, m(1200)), k2, m(1300)), JudgedFail, nil},
+		{"a bucket over-admitting just after the effect", burst(before(new(builder), bk), bk, m(1200)), JudgedHazard, nil},
+		{"a bucket over-admitting long after the effect", burst(before(new(builder), bk), bk, m(9000)), JudgedFail, nil},
+		{"a bucket over-admitting both near and long after the effect", burst(burst(before(new(builder), bk), bk, m(1200)), bk, m(9000)), JudgedFail, nil},
+		// Two faults: each run of violations is held to one of them.
+		{"two faults, over-admission just after each", burst(burst(before(new(builder), s), s, m(1200)), s, m(6200)), JudgedHazard, two},
+		{"two faults, over-admission between their reaches", burst(burst(burst(before(new(builder), s), s, m(1200)), s, m(4000)), s, m(6200)), JudgedFail, two},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -215,7 +220,14 @@ func TestJudgeRateLimitReach(t *testing.T) {
 			if r.Verdict != Fail || len(r.Reaches) == 0 {
 				t.Fatalf("want an over-limit violation with its reach, got %s (reaches %v)", r.String(), r.Reaches)
 			}
-			if got := Judge(may, &r, fault); got != c.want {
+			log := c.log
+			if log == nil {
+				log = fault
+			}
+			if c.want == JudgedFail && c.log != nil && len(r.Reaches) < 2 {
+				t.Fatalf("want separate runs of violations, got %+v", r.Reaches)
+			}
+			if got := Judge(may, &r, log); got != c.want {
 				t.Fatalf("verdict %s, want %s: %s (reaches %+v)", got, c.want, r.Summary, r.Reaches)
 			}
 			if c.want == JudgedFail && !strings.Contains(r.Summary, "beyond the reach") {
