@@ -97,8 +97,9 @@ func (p Property) HazardKinds() []string {
 // NeverHazard are the violation kinds no documented hazard can explain, so
 // they are FAIL whatever a property says: a resource accepting a stale
 // write (its own defence failed), a seq order contradicting real time, a
-// non-positive token, a phantom or unknown owner.
-var NeverHazard = []string{KindStaleWrite, KindSeqOrder, KindBadToken, KindPhantomOwner, KindUnknownOwner}
+// non-positive token, a phantom or unknown owner, a latch counted below zero
+// (every decrement checks the count: no lost write lets one underflow).
+var NeverHazard = []string{KindStaleWrite, KindSeqOrder, KindBadToken, KindPhantomOwner, KindUnknownOwner, KindLatchUnderflow}
 
 // Judgement is a property's verdict in a scenario run: its checker's Verdict
 // read under the property's Expectation, or the worst of a run's.

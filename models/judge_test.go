@@ -53,6 +53,8 @@ func TestJudge(t *testing.T) {
 			res(map[string]int{KindStaleWrite: 1}, map[string]int64{KindStaleWrite: at(2 * time.Second)}, stale), fault, JudgedFail},
 		{"a violation of unknown time cannot be shown to follow the fault", may,
 			res(map[string]int{KindTokenReused: 1}, map[string]int64{KindTokenReused: history.Never}, reused), fault, JudgedFail},
+		{"a latch underflow is never the hazard", Property{Checker: "latch", Expect: MayHazard, Hazards: []string{KindLatch, KindLatchUnderflow}},
+			res(map[string]int{KindLatchUnderflow: 1}, map[string]int64{KindLatchUnderflow: at(2 * time.Second)}, Evidence{Kind: KindLatchUnderflow, Msg: "underflow"}), fault, JudgedFail},
 		{"a violation without a time cannot be shown to follow the fault", may,
 			res(map[string]int{KindTokenReused: 1}, nil, reused), fault, JudgedFail},
 	}

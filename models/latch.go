@@ -213,7 +213,7 @@ func CheckLatch(h *history.History, o Options) Result {
 		r := op.Count
 		switch {
 		case r < -1:
-			c.fail(KindLatch, op.Key, fmt.Sprintf("count-down of generation %d returned %d: underflow", op.Gen, r), g.created, op)
+			c.fail(KindLatchUnderflow, op.Key, fmt.Sprintf("count-down of generation %d returned %d: underflow", op.Gen, r), g.created, op)
 			continue
 		case r == -1:
 			if g.mayReplace > op.Return {

@@ -266,6 +266,7 @@ const (
 	KindStuckWaiter     = "stuck-waiter"     // liveness: a waiter did not acquire a free lock in time
 	KindLeak            = "leak"             // leaks: a key outlived every TTL
 	KindLatch           = "latch"            // latch: a wait or count-down answered wrongly
+	KindLatchUnderflow  = "latch-underflow"  // latch: a count-down went below zero (no lost write explains it)
 	KindOverLimit       = "over-limit"       // rate limits: more granted in a span than the bound
 	KindOwnerConflict   = "owner-conflict"   // lease-protocol: an owner granted, renewed, released or verified while another certainly held the lock
 	KindAfterEnd        = "after-end"        // lease-protocol: an owner's lease answered as held after it certainly ended (released twice, renewed after expiry)

@@ -149,6 +149,18 @@ func semClockJump(_ *rand.Rand, d time.Duration) []Event {
 			if err := e.Topo.SetClockOffset(sctx, "n1", off); err != nil {
 				return err
 			}
+			// The jump must have happened (a clock that did not move leaves
+			// the scenario untested: the event fails, the run is UNKNOWN,
+			// never a PASS), and so must the return to true time.
+			t0 := time.Now()
+			st, err := e.Topo.Node("n1").Admin().Time(sctx).Result()
+			if err != nil {
+				return fmt.Errorf("reading the restarted server's clock: %w", err)
+			}
+			skew := st.Sub(t0.Add(time.Since(t0) / 2)).Round(time.Millisecond)
+			if (ahead && skew < off/2) || (!ahead && skew.Abs() > 2*e.TTL) {
+				return fmt.Errorf("the server's clock reads %v from real time, not %v: the restart did not set it", skew, off)
+			}
 			if ahead {
 				// Permits end early only if the jump outruns them.
 				clockAhead(sctx, e, e.Topo.Node("n1"), e.TTL)
