@@ -50,10 +50,11 @@ type latchGen struct {
 //   - Wait returns true only after the count reached 0 in that generation (a
 //     count-down of it returned 0, or enough were invoked), and false only
 //     when the generation may have been replaced or deleted;
-//   - no lost completion: a wait that ended unanswered (fail: its own
-//     deadline passed) did so within Options.WakeBound of its invocation or
-//     of the instant its generation certainly reached 0 or was certainly
-//     replaced, whichever is later (KindStuckWaiter).
+//   - no lost or late completion: a wait that ended unanswered (fail: its
+//     own deadline passed), or answered true (false), did so within
+//     Options.WakeBound of its invocation or of the instant its generation
+//     certainly reached 0 or was certainly replaced (reached 0; was
+//     replaced), whichever is later (KindStuckWaiter).
 //
 // A generation whose create/reset is not in the history has an unknown
 // initial count: only the rules that do not need it apply.
@@ -254,34 +255,50 @@ func CheckLatch(h *history.History, o Options) Result {
 			}
 		}
 	}
-	// No lost completion: a wait that ended unanswered (fail: its deadline
-	// passed, nothing changed) must not have outlived WakeBound after its
-	// generation certainly reached zero (a count-down of it returned 0, or
-	// it was created with count 0) or was certainly replaced: a waiter is
-	// answered true or false within the bound.
+	// No lost completion: a wait must be answered within WakeBound of its
+	// generation certainly reaching zero (a count-down of it returned 0, or
+	// it was created with count 0: true) or being certainly replaced
+	// (false), whichever came first; a wait that ended unanswered (fail: its
+	// deadline passed) or answered late outlived it. A waiter that only
+	// polls, slower than the bound, fails it even when it answers.
 	bound := int64(o.WakeBound)
 	for k := range h.Ops {
 		op := &h.Ops[k]
-		if op.F != history.FLatchWait || op.Type != history.Fail || op.Return == history.Never {
+		if op.F != history.FLatchWait || op.Return == history.Never || op.Type == history.Info {
 			continue
 		}
 		g := gens[genKey{op.Key, op.Gen}]
 		if g == nil {
 			continue
 		}
-		end, how := g.replaced, "was replaced or deleted"
-		if g.known && g.count == 0 && g.created.Return < end {
-			end, how = g.created.Return, "was created with count 0"
+		// What the wait answers: true from the generation's zero, false from
+		// its replacement; unanswered (fail), whichever came first.
+		var zero int64 = history.Never
+		zeroHow := ""
+		if g.known && g.count == 0 {
+			zero, zeroHow = g.created.Return, "was created with count 0"
 		}
-		if len(g.zeroRets) > 0 && g.zeroRets[0] < end {
-			end, how = g.zeroRets[0], "reached 0"
+		if len(g.zeroRets) > 0 && g.zeroRets[0] < zero {
+			zero, zeroHow = g.zeroRets[0], "reached 0"
+		}
+		end, how := g.replaced, "was replaced or deleted"
+		switch {
+		case op.Type == history.OK && op.Value == history.ValueTrue:
+			end, how = zero, zeroHow
+		case op.Type == history.OK:
+		case zero < end:
+			end, how = zero, zeroHow
 		}
 		if end == history.Never {
 			continue
 		}
 		if deadline := max(end, op.T) + bound; op.Return > deadline {
-			c.fail(KindStuckWaiter, op.Key, fmt.Sprintf("wait on generation %d (invoked at %s) ended unanswered at %s, though the generation %s at %s: "+
-				"not answered within %v (a lost completion)", op.Gen, fmtT(op.T), fmtT(op.Return), how, fmtT(end), o.WakeBound), g.created, op)
+			what, kind := "ended unanswered", "a lost completion"
+			if op.Type == history.OK {
+				what, kind = "answered "+op.Value, "a late completion"
+			}
+			c.fail(KindStuckWaiter, op.Key, fmt.Sprintf("wait on generation %d (invoked at %s) %s at %s, though the generation %s at %s: "+
+				"not answered within %v (%s)", op.Gen, fmtT(op.T), what, fmtT(op.Return), how, fmtT(end), o.WakeBound, kind), g.created, op)
 		}
 	}
 	r := c.result("latch", n, fmt.Sprintf("%s on %s: counts, waits and replacements consistent", Plural(n, "latch operation"), Plural(len(gens), "generation")))

@@ -107,6 +107,8 @@ func TestLatchLostCompletion(t *testing.T) {
 			fail(3, 3000*ms, 3900*ms, timedOut(1)),
 		"replacement concurrent": new(builder).ok(1, 0, 10, create("l", 2, 1)).info(2, 20, 30, reset("l", 2, 2)).
 			fail(3, 15, 5000*ms, timedOut(1)),
+		"answered true within the bound": new(builder).ok(1, 0, 10, create("l", 1, 1)).ok(2, 20, 30, cd("l", 1, 0)).
+			ok(3, 15, 900*ms, history.Op{F: history.FLatchWait, Key: "l", Gen: 1, Value: history.ValueTrue}),
 	} {
 		t.Run(name, func(t *testing.T) { expect(t, CheckLatch(b.build(t), o), Pass) })
 	}
@@ -121,6 +123,12 @@ func TestLatchLostCompletion(t *testing.T) {
 			fail(3, 15, 2000*ms, timedOut(1)), "was replaced or deleted"},
 		"deleted": {new(builder).ok(1, 0, 10, create("l", 2, 1)).ok(2, 20, 30, history.Op{F: history.FLatchDelete, Key: "l"}).
 			fail(3, 15, 2000*ms, timedOut(1)), "was replaced or deleted"},
+		// Review: a waiter that only polls answered true 4.9s after the
+		// zero, with a 1s bound, and passed.
+		"answered true late": {new(builder).ok(1, 0, 10, create("l", 1, 1)).ok(2, 20, 30, cd("l", 1, 0)).
+			ok(3, 15, 4930*ms, history.Op{F: history.FLatchWait, Key: "l", Gen: 1, Value: history.ValueTrue}), "answered true"},
+		"answered false late": {new(builder).ok(1, 0, 10, create("l", 2, 1)).ok(2, 20, 30, reset("l", 2, 2)).
+			ok(3, 15, 2000*ms, history.Op{F: history.FLatchWait, Key: "l", Gen: 1, Value: history.ValueFalse}), "answered false"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := CheckLatch(c.b.build(t), o)
