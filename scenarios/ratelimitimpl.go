@@ -136,8 +136,11 @@ func ValidImpl(name string) error {
 	if _, ok := semImpls[name]; ok {
 		return nil
 	}
+	if _, ok := lookupRW(name); ok {
+		return nil
+	}
 	return fmt.Errorf("scenarios: unknown implementation %q (%v, or a mutant: %v)", name, EveryImpl(),
-		append(append(Mutants(), LimiterMutants()...), SemMutants()...))
+		append(append(append(Mutants(), LimiterMutants()...), SemMutants()...), RWMutants()...))
 }
 
 // limiterImplsFor lists prim and the peers that implement algo.

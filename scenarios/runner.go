@@ -87,6 +87,14 @@ type External struct {
 // Waiter. A workload that calls prim directly would test prim and pass the
 // mutant.
 func (s *Scenario) Supports(impl string) bool {
+	if s.RW {
+		// A read-write lease scenario runs the read-write implementations.
+		_, ok := lookupRW(impl)
+		return ok
+	}
+	if _, ok := rwImpls[impl]; ok {
+		return false // a read-write lease mutant is no lock
+	}
 	if s.Algo != "" {
 		// A rate limiter scenario runs the implementations of its algorithm.
 		l, ok := lookupLimiter(impl)
@@ -223,7 +231,14 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	var impl LockImpl
 	var limiter LimiterImpl
 	var sem SemImpl
-	if s.Algo != "" {
+	var rw RWImpl
+	if s.RW {
+		l, ok := lookupRW(cfg.Impl)
+		if !ok {
+			return nil, fmt.Errorf("scenarios: %s runs read-write leases; %q is none (prim, or a mutant: %v)", s.Name, cfg.Impl, RWMutants())
+		}
+		rw, impl = l, asRWLock{l}
+	} else if s.Algo != "" {
 		l, ok := lookupLimiter(cfg.Impl)
 		if !ok {
 			return nil, fmt.Errorf("scenarios: %s runs rate limiters; %q is none (%v, or a mutant: %v)", s.Name, cfg.Impl,
@@ -258,7 +273,7 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	if err := s.Runnable(cfg.External != nil); err != nil {
 		return nil, fmt.Errorf("scenarios: %w", err)
 	}
-	env := &Env{Impl: impl, Limiter: limiter, Sem: sem, Seed: cfg.Seed, TTL: cfg.TTL, Log: cfg.Logger,
+	env := &Env{Impl: impl, Limiter: limiter, Sem: sem, RW: rw, Seed: cfg.Seed, TTL: cfg.TTL, Log: cfg.Logger,
 		Resource: &Resource{Fencing: impl.Fenced()}}
 	if r, ok := impl.(interface{ ResourceFencing() bool }); ok {
 		env.Resource.Fencing = r.ResourceFencing()
@@ -270,6 +285,9 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 		l.setLogger(cfg.Logger)
 	}
 	if l, ok := sem.(interface{ setLogger(*slog.Logger) }); ok {
+		l.setLogger(cfg.Logger)
+	}
+	if l, ok := rw.(interface{ setLogger(*slog.Logger) }); ok {
 		l.setLogger(cfg.Logger)
 	}
 	buildName, provider, target := "", "local", ""
@@ -295,7 +313,7 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 		}
 		defer topo.Close()
 		env.Topo, buildName = topo, topo.Build.Name
-		if s.Algo == "" && !s.Sem { // a rate limiter or a semaphore protects no resource
+		if s.Algo == "" && !s.Sem && !s.RW { // a rate limiter, a semaphore or a read-write lease protects no resource
 			if env.Resource, err = startResource(ctx, topo, cfg.Clients, env.Resource.Fencing); err != nil {
 				return nil, err
 			}

@@ -138,6 +138,9 @@ type Scenario struct {
 	// Sem says the scenario's workload drives a SemImpl (Env.Sem): the
 	// semaphore family, which runs prim and the semaphore mutants only.
 	Sem bool
+	// RW says the scenario is a read-write lease one (the rwlock family):
+	// the workload drives an RWImpl (Env.RW), and only those run it.
+	RW bool
 	// Verify holds the scenario's own checks, by property name, for what a
 	// history cannot show (the server's state after the run); the other
 	// properties name checkers of package models.
@@ -159,7 +162,10 @@ type Env struct {
 	Limiter LimiterImpl
 	// Sem is the semaphore implementation under test (semaphore scenarios;
 	// nil otherwise).
-	Sem      SemImpl
+	Sem SemImpl
+	// RW is the read-write lease implementation under test (rwlock
+	// scenarios; nil otherwise).
+	RW       RWImpl
 	Resource *Resource
 	Seed     int64
 	TTL      time.Duration
