@@ -388,6 +388,12 @@ type Completed struct {
 	// Permits are the semaphore permits granted (ok sem_acquire and
 	// sem_acquire_wait), counted among the Acquisitions too.
 	Permits int
+	// WriteLeases are the acquisitions that were read-write write leases
+	// (acquire_write, acquire_write_wait); the other acquisitions of a
+	// read-write run are read leases.
+	WriteLeases int
+	// rw says the run acquired read-write leases.
+	rw bool
 }
 
 // CountCompleted counts the completed acquisitions and accepted writes of
@@ -410,19 +416,31 @@ func CountCompleted(o *scenarios.Outcome) Completed {
 			c.Permits++
 		case strings.HasPrefix(op.F, "acquire"):
 			c.Acquisitions++
+			switch op.F {
+			case history.FAcquireWrite, history.FAcquireWriteWait:
+				c.WriteLeases++
+				c.rw = true
+			case history.FAcquireRead, history.FAcquireReadWait:
+				c.rw = true
+			}
 		}
 	}
 	return c
 }
 
-// String is "22 acquisitions, 18 writes", or for a rate limiter's run
-// "310 grants", for a semaphore's "120 permits granted".
+// String is "22 acquisitions, 18 writes", for a rate limiter's run "310
+// grants", for a semaphore's "120 permits granted", or for a read-write
+// lease run without a resource "694 acquisitions: 652 read, 42 write
+// leases".
 func (c Completed) String() string {
 	if c.Grants > 0 && c.Acquisitions+c.Writes == 0 {
 		return plural(c.Grants, "grant")
 	}
 	if c.Permits > 0 && c.Permits == c.Acquisitions && c.Writes == 0 {
 		return plural(c.Permits, "permit") + " granted"
+	}
+	if c.rw && c.Writes == 0 {
+		return fmt.Sprintf("%s: %d read, %d write leases", plural(c.Acquisitions, "acquisition"), c.Acquisitions-c.WriteLeases, c.WriteLeases)
 	}
 	return plural(c.Acquisitions, "acquisition") + ", " + plural(c.Writes, "write")
 }
