@@ -132,14 +132,12 @@ func init() {
 	mixed := rwStyle{writeShare: 0.4}
 	// Holders stop for 1.5 leases three times in ten.
 	paused := rwStyle{writeShare: 0.4, stall: 0.3, stallFor: func(ttl time.Duration) time.Duration { return ttl + ttl/2 }}
-	// Seven acquisitions in ten are writes in the hazard scenarios: the
-	// first to reach a key the fault emptied is then most often a writer,
-	// which a lost (or expired) reader's lease, still live for its holder,
-	// must keep out.
-	writers := rwStyle{writeShare: 0.7}
-	// Nine holders in ten keep their lease for four fifths of it, so some
-	// are mid-lease when the server's clock jumps, and still are when it is
-	// back from its restart.
+	// In the hazard scenarios seven acquisitions in ten are writes, so the
+	// first to reach a key the fault emptied is most often a writer, and
+	// nine holders in ten keep their lease for four fifths of it, so some
+	// are mid-lease when the fault strikes and still are when the clients
+	// reach the server again: a lost (or expired) owner's lease, still live
+	// for its holder, must then keep that writer out.
 	longHold := rwStyle{writeShare: 0.7, stall: 0.9, stallFor: func(ttl time.Duration) time.Duration { return ttl * 4 / 5 }}
 
 	rwScenario("baseline", "no faults; 8 processes take read and write leases of three keys (one contended), hold them "+
@@ -168,7 +166,7 @@ func init() {
 		"a reader while a writer) the old primary admitted still holds its lease. Asynchronous replication gives no "+
 		"consensus: may show HAZARD (an overlap after a failover proven to have lost writes), or PASS when no lost "+
 		"owner was still live when the clients reached the new primary.",
-		Topology{Kind: testbed.KindReplicated, Replicas: 1, Sentinels: 3}, writers, rateFailoverForced(time.Second), true, "")
+		Topology{Kind: testbed.KindReplicated, Replicas: 1, Sentinels: 3}, longHold, rateFailoverForced(time.Second), true, "")
 	rwScenario("clock-skew", "the server restarts (with AOF: the owners survive) with its wall clock 4 leases ahead, "+
 		"later back on true time: every live owner's deadline passes at once while its holder still counts on it, "+
 		"and the next acquisition prunes it. May show HAZARD (an overlap once the server's clock is proven ahead), "+
