@@ -42,3 +42,14 @@ func TestRWMutantsFail(t *testing.T) {
 		})
 	}
 }
+
+// TestRWMutantFailsInHazardScenario: in a scenario whose clock jump can
+// admit a writer beside a live holder (HAZARD for a correct lease), a
+// mutant's overlaps from the start, before any jump, are not the hazard:
+// FAIL.
+func TestRWMutantFailsInHazardScenario(t *testing.T) {
+	out := runScenario(t, "rwlock/clock-skew", "mutant-rw-writer-ignores-readers")
+	if out.Verdict != scenarios.Fail || out.Hazard != "failed" {
+		t.Fatalf("verdict %s, hazard %q: want FAIL, the overlaps before the clock jump are no hazard", out.Verdict, out.Hazard)
+	}
+}
