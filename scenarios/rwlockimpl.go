@@ -108,6 +108,19 @@ func (p *primRW) TryAcquire(ctx context.Context, c redis.UniversalClient, key st
 	return nil, err
 }
 
+// UncertainRenewalReleases passes on what the read-write lease
+// implementation says (models.Options.UncertainRenewalReleases).
+func (a asRWLock) UncertainRenewalReleases() bool {
+	u, ok := a.l.(interface{ UncertainRenewalReleases() bool })
+	return ok && u.UncertainRenewalReleases()
+}
+
+// UncertainRenewalReleases: a read-write lease whose renewal is uncertain
+// is lost for its holder, and prim fences the renewal and releases the
+// entry owner-checked in the background, unrecorded
+// (models.Options.UncertainRenewalReleases).
+func (*primRW) UncertainRenewalReleases() bool { return true }
+
 type primRWHeld struct{ l *prim.RWLease }
 
 func (h primRWHeld) Owner() string { return h.l.OwnerToken() }
