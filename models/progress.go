@@ -40,7 +40,7 @@ func hasProgressOps(h *history.History) bool {
 // progressKinds are the operations whose answers show progress.
 // A rate limiter's refusal (fail without an error) is an answer.
 var progressKinds = []string{history.FAcquire, history.FAcquireWait, history.FRenew, history.FVerify, history.FRelease,
-	history.FAllow, history.FAllowWait, history.FSemAcquire, history.FSemAcquireWait,
+	history.FAllow, history.FAllowWait, history.FSemAcquire, history.FSemAcquireWait, history.FAcquireRead, history.FAcquireWrite,
 	history.FLatchCreate, history.FLatchReset, history.FLatchJoin, history.FLatchCountDown, history.FLatchWait}
 
 // answered reports whether op got an answer of the protocol: ok, or a fail
@@ -55,8 +55,9 @@ func answered(op *history.Operation) bool {
 // heal (or after a one-shot event completed) until the next fault — the
 // share of answered operations (ok, or a definite "no" without an error) of
 // each kind (acquire, acquire_wait, renew, verify, release, allow,
-// allow_wait, sem_acquire, sem_acquire_wait, latch_create, latch_reset,
-// latch_join, latch_count_down, latch_wait) that completed
+// allow_wait, sem_acquire, sem_acquire_wait, acquire_read, acquire_write,
+// latch_create, latch_reset, latch_join, latch_count_down, latch_wait) that
+// completed
 // in it is at least MinProgress, counting kinds with at least 20 completions
 // there. Nemesis operations (f "nemesis", key fault/heal/event) mark the
 // periods; a history without them is one healthy period. A history with no

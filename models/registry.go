@@ -122,9 +122,9 @@ func Checkers() []Checker {
 		},
 		{
 			Name: "progress",
-			Doc: "acquire, acquire_wait, renew, verify, release, allow, allow_wait, sem_acquire(_wait), latch_* (but delete), nemesis: in each\n" +
-				"healthy period (before the first fault, from --recover-bound after each heal) at least half of each kind is answered (ok, or fail\n" +
-				"without an error); a server refusal (MOVED, OOM...) or info is not an answer.",
+			Doc: "acquire, acquire_wait, acquire_read, acquire_write, renew, verify, release, allow, allow_wait, sem_acquire(_wait),\n" +
+				"latch_* (but delete), nemesis: in each healthy period (before the first fault, from --recover-bound after each heal) at\n" +
+				"least half of each kind is answered (ok, or fail without an error); a server refusal (MOVED, OOM...) or info is not an answer.",
 			Applies: hasProgressOps,
 			Check:   CheckProgress,
 		},

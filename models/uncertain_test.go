@@ -29,3 +29,17 @@ func TestCountUncertain(t *testing.T) {
 		t.Errorf("%+v, want 1 info acquisition, executed unknown", u)
 	}
 }
+
+// TestCountUncertainCountsEveryAcquisition: an uncertain read or write lease
+// acquisition is an uncertain acquisition too (the report says how many of
+// the info operations were acquisitions), though no token can tell whether
+// it ran; an uncertain renewal is none.
+func TestCountUncertainCountsEveryAcquisition(t *testing.T) {
+	h := new(builder).ok(1, m(0), m(1), history.Op{F: history.FAcquireRead, Key: "k", TTLMs: 100}).
+		info(2, m(2), m(250), history.Op{F: history.FAcquireWrite, Key: "k", TTLMs: 100}).
+		info(3, m(3), m(251), history.Op{F: history.FAcquireRead, Key: "k", TTLMs: 100}).
+		info(1, m(10), m(260), history.Op{F: history.FRenew, Key: "k", TTLMs: 100}).build(t)
+	if u := CountUncertain(h); u.Info != 3 || u.InfoAcquisitions != 2 || u.Executed != -1 {
+		t.Errorf("%+v, want 3 info operations, 2 of them acquisitions, executed unknown", u)
+	}
+}

@@ -393,6 +393,12 @@ type Completed struct {
 	// CountDowns are latch signals counted (ok latch_count_down with a
 	// remaining count); Opened, latch waits answered true.
 	CountDowns, Opened int
+	// WriteLeases are the acquisitions that were read-write write leases
+	// (acquire_write, acquire_write_wait); the other acquisitions of a
+	// read-write run are read leases.
+	WriteLeases int
+	// rw says the run acquired read-write leases.
+	rw bool
 }
 
 // CountCompleted counts the completed acquisitions and accepted writes of
@@ -419,14 +425,22 @@ func CountCompleted(o *scenarios.Outcome) Completed {
 			c.Permits++
 		case strings.HasPrefix(op.F, "acquire"):
 			c.Acquisitions++
+			switch op.F {
+			case history.FAcquireWrite, history.FAcquireWriteWait:
+				c.WriteLeases++
+				c.rw = true
+			case history.FAcquireRead, history.FAcquireReadWait:
+				c.rw = true
+			}
 		}
 	}
 	return c
 }
 
 // String is "22 acquisitions, 18 writes", or for a rate limiter's run
-// "310 grants", for a semaphore's "120 permits granted", or for a latch's
-// "420 count-downs, 310 waits opened".
+// "310 grants", for a semaphore's "120 permits granted", for a latch's
+// "420 count-downs, 310 waits opened", or for a read-write lease run without a
+// resource "694 acquisitions: 652 read, 42 write leases".
 func (c Completed) String() string {
 	if c.Grants > 0 && c.Acquisitions+c.Writes == 0 {
 		return plural(c.Grants, "grant")
@@ -436,6 +450,9 @@ func (c Completed) String() string {
 	}
 	if c.CountDowns+c.Opened > 0 && c.Acquisitions+c.Writes+c.Grants == 0 {
 		return plural(c.CountDowns, "count-down") + ", " + plural(c.Opened, "wait") + " opened"
+	}
+	if c.rw && c.Writes == 0 {
+		return fmt.Sprintf("%s: %d read, %d write leases", plural(c.Acquisitions, "acquisition"), c.Acquisitions-c.WriteLeases, c.WriteLeases)
 	}
 	return plural(c.Acquisitions, "acquisition") + ", " + plural(c.Writes, "write")
 }

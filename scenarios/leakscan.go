@@ -27,6 +27,7 @@ var leakKeys = map[string]string{
 	"hash-lease":   leaseHash,
 	"semaphore":    semKey,
 	"latch":        latchPrefix, // every round's latch is deleted: nothing may remain
+	"rwlock":       rwKeyPrefix,
 }
 
 // leakKey returns the key the scenario's leak scan looks for ("" when its
@@ -47,7 +48,7 @@ func (s *Scenario) leakScanNA(env *Env, h *history.History) string {
 	}
 	for k := range h.Ops {
 		op := &h.Ops[k]
-		if (op.F == history.FAcquire || op.F == history.FAcquireWait || op.F == history.FSemAcquire) && op.Type != history.Fail {
+		if isLeaseAcquire(op.F) && op.Type != history.Fail {
 			return ""
 		}
 		if (op.F == history.FLatchCreate || op.F == history.FLatchReset) && op.Type != history.Fail {
@@ -55,6 +56,16 @@ func (s *Scenario) leakScanNA(env *Env, h *history.History) string {
 		}
 	}
 	return "no acquisition (or latch creation) succeeded or was of unknown outcome: nothing could have been left behind"
+}
+
+// isLeaseAcquire reports whether f acquires something the server keeps
+// until it is released or expires.
+func isLeaseAcquire(f string) bool {
+	switch f {
+	case history.FAcquire, history.FAcquireWait, history.FSemAcquire, history.FAcquireRead, history.FAcquireWrite:
+		return true
+	}
+	return false
 }
 
 // leakScanAt is when the scan may run: a lease lives until its acquisition's
@@ -124,7 +135,8 @@ func (e *Env) scanLeaks(ctx context.Context, proc int, key string) {
 }
 
 // leftOf lists what remains of key: the key itself with its PTTL, or for a
-// hash each field still there, with its HPTTL when the server has field expiry.
+// hash each field still there, with its HPTTL when the server has field
+// expiry, or for a sorted set (a read-write key) each owner still in it.
 func leftOf(ctx context.Context, a *redis.Client, key string) ([]string, error) {
 	pttl, err := a.Do(ctx, "PTTL", key).Int64()
 	if err != nil || pttl == -2 {
@@ -136,6 +148,18 @@ func leftOf(ctx context.Context, a *redis.Client, key string) ([]string, error) 
 	}
 	if typ == "zset" && strings.Contains(key, semKey) {
 		return permitsLeft(ctx, a, key, pttl)
+	}
+	if typ == "zset" {
+		// A read-write key: each owner still in the set, with its deadline.
+		zs, err := a.ZRangeWithScores(ctx, key, 0, -1).Result()
+		if err != nil {
+			return nil, err
+		}
+		var out []string
+		for _, z := range zs {
+			out = append(out, fmt.Sprintf("%s %v (deadline %d, key pttl %d ms)", key, z.Member, int64(z.Score), pttl))
+		}
+		return out, nil
 	}
 	if typ != "hash" {
 		return []string{fmt.Sprintf("%s (%s, pttl %d ms)", key, typ, pttl)}, nil

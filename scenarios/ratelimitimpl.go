@@ -139,8 +139,11 @@ func ValidImpl(name string) error {
 	if _, ok := lookupLatch(name); ok {
 		return nil
 	}
+	if _, ok := lookupRW(name); ok {
+		return nil
+	}
 	return fmt.Errorf("scenarios: unknown implementation %q (%v, or a mutant: %v)", name, EveryImpl(),
-		append(append(append(Mutants(), LimiterMutants()...), SemMutants()...), LatchMutants()...))
+		append(append(append(append(Mutants(), LimiterMutants()...), SemMutants()...), LatchMutants()...), RWMutants()...))
 }
 
 // limiterImplsFor lists prim and the peers that implement algo.

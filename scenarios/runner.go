@@ -95,6 +95,14 @@ func (s *Scenario) Supports(impl string) bool {
 	if _, ok := latchImpls[impl]; ok {
 		return false // a latch mutant is no lock
 	}
+	if s.RW {
+		// A read-write lease scenario runs the read-write implementations.
+		_, ok := lookupRW(impl)
+		return ok
+	}
+	if _, ok := rwImpls[impl]; ok {
+		return false // a read-write lease mutant is no lock
+	}
 	if s.Algo != "" {
 		// A rate limiter scenario runs the implementations of its algorithm.
 		l, ok := lookupLimiter(impl)
@@ -232,12 +240,19 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	var limiter LimiterImpl
 	var sem SemImpl
 	var latch LatchImpl
+	var rw RWImpl
 	if s.Latches {
 		l, ok := lookupLatch(cfg.Impl)
 		if !ok {
 			return nil, fmt.Errorf("scenarios: %s runs countdown latches; %q is none (prim, or a mutant: %v)", s.Name, cfg.Impl, LatchMutants())
 		}
 		latch, impl = l, latchAsLock{l}
+	} else if s.RW {
+		l, ok := lookupRW(cfg.Impl)
+		if !ok {
+			return nil, fmt.Errorf("scenarios: %s runs read-write leases; %q is none (prim, or a mutant: %v)", s.Name, cfg.Impl, RWMutants())
+		}
+		rw, impl = l, asRWLock{l}
 	} else if s.Algo != "" {
 		l, ok := lookupLimiter(cfg.Impl)
 		if !ok {
@@ -273,7 +288,7 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	if err := s.Runnable(cfg.External != nil); err != nil {
 		return nil, fmt.Errorf("scenarios: %w", err)
 	}
-	env := &Env{Impl: impl, Limiter: limiter, Sem: sem, Latch: latch, Seed: cfg.Seed, TTL: cfg.TTL, Log: cfg.Logger,
+	env := &Env{Impl: impl, Limiter: limiter, Sem: sem, Latch: latch, RW: rw, Seed: cfg.Seed, TTL: cfg.TTL, Log: cfg.Logger,
 		Resource: &Resource{Fencing: impl.Fenced()}}
 	if r, ok := impl.(interface{ ResourceFencing() bool }); ok {
 		env.Resource.Fencing = r.ResourceFencing()
@@ -285,6 +300,9 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 		l.setLogger(cfg.Logger)
 	}
 	if l, ok := sem.(interface{ setLogger(*slog.Logger) }); ok {
+		l.setLogger(cfg.Logger)
+	}
+	if l, ok := rw.(interface{ setLogger(*slog.Logger) }); ok {
 		l.setLogger(cfg.Logger)
 	}
 	buildName, provider, target := "", "local", ""
@@ -310,7 +328,7 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 		}
 		defer topo.Close()
 		env.Topo, buildName = topo, topo.Build.Name
-		if s.Algo == "" && !s.Sem && !s.Latches { // a rate limiter, a semaphore or a latch protects no resource
+		if s.Algo == "" && !s.Sem && !s.Latches && !s.RW { // a rate limiter, a semaphore, a latch or a read-write lease protects no resource
 			if env.Resource, err = startResource(ctx, topo, cfg.Clients, env.Resource.Fencing); err != nil {
 				return nil, err
 			}

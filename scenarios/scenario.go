@@ -141,6 +141,9 @@ type Scenario struct {
 	// Latches, for a latch scenario, says the workload drives a LatchImpl
 	// (Env.Latch): only the countdown latch implementations run it.
 	Latches bool
+	// RW says the scenario is a read-write lease one (the rwlock family):
+	// the workload drives an RWImpl (Env.RW), and only those run it.
+	RW bool
 	// Verify holds the scenario's own checks, by property name, for what a
 	// history cannot show (the server's state after the run); the other
 	// properties name checkers of package models.
@@ -165,7 +168,10 @@ type Env struct {
 	Sem SemImpl
 	// Latch is the countdown latch implementation under test (latch
 	// scenarios; nil otherwise).
-	Latch    LatchImpl
+	Latch LatchImpl
+	// RW is the read-write lease implementation under test (rwlock
+	// scenarios; nil otherwise).
+	RW       RWImpl
 	Resource *Resource
 	Seed     int64
 	TTL      time.Duration

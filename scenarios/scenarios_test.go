@@ -297,12 +297,16 @@ func TestRegistryComplete(t *testing.T) {
 	for _, fault := range []string{"baseline", "lost-notifications", "reset-race", "failover-forced", "baseline-cluster"} {
 		want = append(want, "latch/"+fault)
 	}
+	for _, fault := range []string{"baseline", "partition-client", "pause-client", "pause-primary", "failover-forced",
+		"clock-skew", "baseline-cluster"} {
+		want = append(want, "rwlock/"+fault)
+	}
 	have := map[string]bool{}
 	for _, s := range scenarios.All() {
 		have[s.Name] = true
 		family := s.Name[:strings.Index(s.Name, "/")]
 		if family != "fenced-lock" && family != "waiting-lock" && family != "hash-lease" && family != "ratelimit" &&
-			family != "semaphore" && family != "latch" {
+			family != "semaphore" && family != "latch" && family != "rwlock" {
 			t.Errorf("%s: family %q has no test that runs it", s.Name, family)
 		}
 		if s.Summary == "" || len(s.Properties) == 0 || s.Workload == nil {
@@ -314,7 +318,7 @@ func TestRegistryComplete(t *testing.T) {
 			t.Errorf("scenario %s is not registered", n)
 		}
 	}
-	if ss, err := scenarios.Match([]string{"*-cluster"}); err != nil || len(ss) != 11 {
+	if ss, err := scenarios.Match([]string{"*-cluster"}); err != nil || len(ss) != 12 {
 		t.Errorf("*-cluster matches %d scenarios, %v", len(ss), err)
 	}
 }
@@ -405,7 +409,7 @@ func TestFaultThatDidNotHappenIsUnknown(t *testing.T) {
 func TestLockScenariosJudgeLeaks(t *testing.T) {
 	for _, s := range scenarios.All() {
 		family := s.Name[:strings.Index(s.Name, "/")]
-		if family != "fenced-lock" && family != "waiting-lock" && family != "hash-lease" {
+		if family != "fenced-lock" && family != "waiting-lock" && family != "hash-lease" && family != "rwlock" {
 			continue
 		}
 		if !slices.ContainsFunc(s.Properties, func(p scenarios.Property) bool { return p.Checker == "leaks" }) {
