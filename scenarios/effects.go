@@ -275,3 +275,14 @@ func clockAhead(ctx context.Context, e *Env, n *testbed.Node, min time.Duration)
 		e.Effect("%s's clock reads %v from real time", n.Name, skew.Round(time.Millisecond))
 	}
 }
+
+// serverSkew reads how far a server's clock (TIME) is from real time, to the
+// millisecond: what a clock scenario checks before counting on its jump.
+func serverSkew(ctx context.Context, n *testbed.Node) (time.Duration, error) {
+	t0 := time.Now()
+	st, err := n.Admin().Time(ctx).Result()
+	if err != nil {
+		return 0, fmt.Errorf("reading the restarted server's clock: %w", err)
+	}
+	return st.Sub(t0.Add(time.Since(t0) / 2)).Round(time.Millisecond), nil
+}
