@@ -271,8 +271,9 @@ func CheckLatch(h *history.History, o Options) Result {
 		if g == nil {
 			continue
 		}
-		// What the wait answers: true from the generation's zero, false from
-		// its replacement; unanswered (fail), whichever came first.
+		// A wait answers true from the generation's zero; false from its
+		// replacement, or sooner (true) if it reached zero first; unanswered
+		// (fail), whichever came first.
 		var zero int64 = history.Never
 		zeroHow := ""
 		if g.known && g.count == 0 {
@@ -285,7 +286,6 @@ func CheckLatch(h *history.History, o Options) Result {
 		switch {
 		case op.Type == history.OK && op.Value == history.ValueTrue:
 			end, how = zero, zeroHow
-		case op.Type == history.OK:
 		case zero < end:
 			end, how = zero, zeroHow
 		}

@@ -127,6 +127,11 @@ func TestLatchLostCompletion(t *testing.T) {
 		// zero, with a 1s bound, and passed.
 		"answered true late": {new(builder).ok(1, 0, 10, create("l", 1, 1)).ok(2, 20, 30, cd("l", 1, 0)).
 			ok(3, 15, 4930*ms, history.Op{F: history.FLatchWait, Key: "l", Gen: 1, Value: history.ValueTrue}), "answered true"},
+		// Review: a waiter that slept through the zero and woke at the
+		// reset seconds later passed.
+		"answered false long after the zero": {new(builder).ok(1, 0, 10, create("l", 1, 1)).ok(2, 20, 30, cd("l", 1, 0)).
+			ok(2, 4000*ms, 4001*ms, reset("l", 1, 2)).
+			ok(3, 15, 4010*ms, history.Op{F: history.FLatchWait, Key: "l", Gen: 1, Value: history.ValueFalse}), "reached 0"},
 		"answered false late": {new(builder).ok(1, 0, 10, create("l", 2, 1)).ok(2, 20, 30, reset("l", 2, 2)).
 			ok(3, 15, 2000*ms, history.Op{F: history.FLatchWait, Key: "l", Gen: 1, Value: history.ValueFalse}), "answered false"},
 	} {

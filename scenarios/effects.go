@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -285,4 +286,43 @@ func serverSkew(ctx context.Context, n *testbed.Node) (time.Duration, error) {
 		return 0, fmt.Errorf("reading the restarted server's clock: %w", err)
 	}
 	return st.Sub(t0.Add(time.Since(t0) / 2)).Round(time.Millisecond), nil
+}
+
+// leaseClockJumps restarts the server (with AOF: the leases or permits
+// survive) with its clock 4 ttls ahead at d/3, and on true time again at
+// 2d/3 (the semaphore and rwlock clock-skew scenarios). Each restart must
+// have set the clock (read back from TIME): one that did not leaves the
+// scenario untested, so the event fails and the run is UNKNOWN, never a PASS.
+// The jump ahead is the effect once it outruns a ttl, from the same reading.
+func leaseClockJumps(_ *rand.Rand, d time.Duration) []Event {
+	restart := func(ahead bool) func(context.Context, *Env) error {
+		return func(ctx context.Context, e *Env) error {
+			off := time.Duration(0)
+			if ahead {
+				off = 4 * e.TTL
+			}
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
+			defer cancel()
+			n := e.Topo.Node("n1")
+			if err := e.Topo.SetClockOffset(sctx, n.Name, off); err != nil {
+				return err
+			}
+			skew, err := serverSkew(sctx, n)
+			if err != nil {
+				return err
+			}
+			if (ahead && skew < off/2) || (!ahead && skew.Abs() > 2*e.TTL) {
+				return fmt.Errorf("the server's clock reads %v from real time, not %v: the restart did not set it", skew, off)
+			}
+			if ahead && skew >= e.TTL {
+				// Leases and permits end early only if the jump outruns them.
+				e.Effect("%s's clock reads %v from real time", n.Name, skew)
+			}
+			return nil
+		}
+	}
+	return []Event{
+		{At: d / 3, Name: "restart the server 4 leases ahead", Do: restart(true)},
+		{At: 2 * d / 3, Name: "restart the server on true time", Do: restart(false)},
+	}
 }

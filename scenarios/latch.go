@@ -551,9 +551,10 @@ func init() {
 		Nemesis:    cutWaiters(1500*time.Millisecond, 2*time.Second, 300*time.Millisecond),
 		Properties: latchProps(false),
 		// A waiter cut off answers after the heal and its watcher's
-		// reconnection, or its own re-read; progress is judged from a
-		// second after each heal.
-		Check: models.Options{WakeBound: 3 * time.Second, RecoverBound: time.Second},
+		// reconnection, or its own re-read (every 2s while tracked, each
+		// bounded by the cut's 300ms): 4.5s leaves a loaded machine 2s;
+		// progress is judged from a second after each heal.
+		Check: models.Options{WakeBound: 4500 * time.Millisecond, RecoverBound: time.Second},
 		Impls: []string{"prim"}, Latches: true,
 	})
 	Register(&Scenario{

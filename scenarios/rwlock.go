@@ -171,32 +171,8 @@ func init() {
 		"later back on true time: every live owner's deadline passes at once while its holder still counts on it, "+
 		"and the next acquisition prunes it. May show HAZARD (an overlap once the server's clock is proven ahead), "+
 		"or PASS when the restart outlasted every live lease.",
-		Topology{Kind: testbed.KindStandalone, AOF: true}, longHold, rwClockJumps, true,
+		Topology{Kind: testbed.KindStandalone, AOF: true}, longHold, leaseClockJumps, true,
 		"the server's clock was moved: an owner added while it ran ahead outlives its ttl in real time")
 	rwScenario("baseline-cluster", "rwlock/baseline on a 3-primary cluster (cluster clients; each key's sorted set on "+
 		"its slot's owner). Everything must hold.", clusterTopo, mixed, nil, false, "")
-}
-
-// rwClockJumps restarts the server 4 leases ahead a third of the way in and
-// back on true time two thirds in; the jump ahead is the effect once the
-// server's TIME reads it (clockAhead).
-func rwClockJumps(_ *rand.Rand, d time.Duration) []Event {
-	restart := func(off func(*Env) time.Duration) func(context.Context, *Env) error {
-		return func(ctx context.Context, e *Env) error {
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
-			defer cancel()
-			if err := e.Topo.SetClockOffset(sctx, "n1", off(e)); err != nil {
-				return err
-			}
-			if off(e) != 0 {
-				// Leases end early only if the jump outruns them.
-				clockAhead(sctx, e, e.Topo.Node("n1"), e.TTL)
-			}
-			return nil
-		}
-	}
-	return []Event{
-		{At: d / 3, Name: "restart the server 4 leases ahead", Do: restart(func(e *Env) time.Duration { return 4 * e.TTL })},
-		{At: 2 * d / 3, Name: "restart the server on true time", Do: restart(func(*Env) time.Duration { return 0 })},
-	}
 }

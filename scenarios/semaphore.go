@@ -134,44 +134,6 @@ func semScenario(s *Scenario) {
 	Register(s)
 }
 
-// semClockJump restarts the server (with AOF: the permits survive) with its
-// clock 4 TTLs ahead at d/3, and on true time again at 2d/3; the effect is
-// the server's TIME read ahead.
-func semClockJump(_ *rand.Rand, d time.Duration) []Event {
-	restart := func(ahead bool) func(context.Context, *Env) error {
-		return func(ctx context.Context, e *Env) error {
-			off := time.Duration(0)
-			if ahead {
-				off = 4 * e.TTL
-			}
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
-			defer cancel()
-			if err := e.Topo.SetClockOffset(sctx, "n1", off); err != nil {
-				return err
-			}
-			// The jump must have happened (a clock that did not move leaves
-			// the scenario untested: the event fails, the run is UNKNOWN,
-			// never a PASS), and so must the return to true time.
-			skew, err := serverSkew(sctx, e.Topo.Node("n1"))
-			if err != nil {
-				return err
-			}
-			if (ahead && skew < off/2) || (!ahead && skew.Abs() > 2*e.TTL) {
-				return fmt.Errorf("the server's clock reads %v from real time, not %v: the restart did not set it", skew, off)
-			}
-			if ahead {
-				// Permits end early only if the jump outruns them.
-				clockAhead(sctx, e, e.Topo.Node("n1"), e.TTL)
-			}
-			return nil
-		}
-	}
-	return []Event{
-		{At: d / 3, Name: "restart the server 4 leases ahead", Do: restart(true)},
-		{At: 2 * d / 3, Name: "restart the server on true time", Do: restart(false)},
-	}
-}
-
 func init() {
 	standalone := Topology{Kind: testbed.KindStandalone}
 	replicated := Topology{Kind: testbed.KindReplicated, Replicas: 1, Sentinels: 3}
@@ -213,7 +175,7 @@ func init() {
 			"granted again while their holders still hold them. May show HAZARD (over-capacity once the server's " +
 			"clock is proven ahead).",
 		Topo: Topology{Kind: testbed.KindStandalone, AOF: true}, Properties: semProps(true),
-		Nemesis:    semClockJump,
+		Nemesis:    leaseClockJumps,
 		NoLeakScan: "the server's clock was moved: a permit taken while it ran ahead outlives its TTL in real time"})
 	semScenario(&Scenario{Name: "no-expiry-crash",
 		Summary: "a fifth of the permits are taken without expiry (prim.NoExpiry) and released; process 0 crashes " +
