@@ -9,6 +9,16 @@ import "github.com/coordtorture/coordtorture/history"
 // says what was observed.
 const NemesisEffect = "effect"
 
+// NemesisEffectOngoing is a NemesisEffect whose loss may go on after it was
+// observed: a failover, whose deposed primary may take writes (and lose
+// them) until it is demoted, or evictions under a memory limit that stays
+// reached. Judge holds no violation to such an effect's horizon.
+const NemesisEffectOngoing = "effect-ongoing"
+
+// IsEffect reports whether a nemesis operation's key marks a proof of an
+// effect (an observation, not a fault).
+func IsEffect(key string) bool { return key == NemesisEffect || key == NemesisEffectOngoing }
+
 // Effect is one proven fault effect of a history.
 type Effect struct {
 	// From is when the fault that had the effect began: the invocation of the
@@ -19,6 +29,9 @@ type Effect struct {
 	At int64
 	// What says what was observed.
 	What string
+	// Ongoing: the loss may go on after At (NemesisEffectOngoing), so no
+	// horizon after At bounds what it can explain.
+	Ongoing bool
 }
 
 // Effects lists the proven fault effects of h in time order. A hazard (a
@@ -33,12 +46,12 @@ func Effects(h *history.History) []Effect {
 			continue
 		}
 		switch op.Key {
-		case NemesisEffect:
+		case NemesisEffect, NemesisEffectOngoing:
 			f := from
 			if f < 0 {
 				f = op.T
 			}
-			out = append(out, Effect{From: f, At: op.T, What: op.Value})
+			out = append(out, Effect{From: f, At: op.T, What: op.Value, Ongoing: op.Key == NemesisEffectOngoing})
 		case NemesisHeal:
 		default:
 			from = op.T

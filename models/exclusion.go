@@ -19,7 +19,7 @@ func CheckExclusion(h *history.History, o Options) Result {
 	o = o.withDefaults()
 	hs := buildHolds(h, int64(o.Drift), func(m mode) bool { return m == modeExclusive }, o.UncertainRenewalReleases)
 	c := newCollector(o)
-	sweepConflicts(h, hs.holds, c, func(a, b mode) bool { return true })
+	sweepConflicts(h, hs.holds, c, int64(o.Drift), func(a, b mode) bool { return true })
 	r := c.result("exclusion", len(hs.holds), fmt.Sprintf("%s on %s, none overlapping", Plural(len(hs.holds), "validity window"), Plural(countIDs(hs.holds), "lock")))
 	r.Elapsed = time.Since(start)
 	return r
@@ -34,7 +34,7 @@ func CheckReadWrite(h *history.History, o Options) Result {
 	o = o.withDefaults()
 	hs := buildHolds(h, int64(o.Drift), func(m mode) bool { return m == modeRead || m == modeWrite }, o.UncertainRenewalReleases)
 	c := newCollector(o)
-	sweepConflicts(h, hs.holds, c, func(a, b mode) bool { return a == modeWrite || b == modeWrite })
+	sweepConflicts(h, hs.holds, c, int64(o.Drift), func(a, b mode) bool { return a == modeWrite || b == modeWrite })
 	r := c.result("rw-exclusion", len(hs.holds), fmt.Sprintf("%s on %s, writers always alone", Plural(len(hs.holds), "read/write window"), Plural(countIDs(hs.holds), "lease")))
 	r.Elapsed = time.Since(start)
 	return r
@@ -72,7 +72,7 @@ func sortedByID(hs []hold) []int32 {
 // conflicting window of the same lock has ended. It keeps, per lock, the
 // furthest-ending window of each mode: a window overlaps some earlier
 // window of mode m iff it starts before the furthest end among them.
-func sweepConflicts(h *history.History, hs []hold, c *collector, conflicts func(a, b mode) bool) {
+func sweepConflicts(h *history.History, hs []hold, c *collector, drift int64, conflicts func(a, b mode) bool) {
 	idx := sortedByID(hs)
 	modes := []mode{modeExclusive, modeRead, modeWrite}
 	var furthest [modePermit]int32 // per mode, index of the furthest-ending window, -1 if none
@@ -92,11 +92,17 @@ func sweepConflicts(h *history.History, hs []hold, c *collector, conflicts func(
 					continue
 				}
 				if other := &hs[f]; other.end > hd.start {
+					// Complete when the later window opens; a fault can
+					// explain it only if the earlier lease was on the
+					// server when it struck, and the later window opened
+					// within the earlier lease's ttl after it.
+					c.reaches = append(c.reaches, Reach{Kind: KindOverlap, Key: hd.id.String(), Since: h.Ops[other.acq].T,
+						First: hd.start, Last: hd.start, Horizon: horizonOf(other.ttl, drift)})
 					if c.full(KindOverlap) {
-						c.skip(KindOverlap, holdOps(h, other, hd)...)
+						c.skipAt(KindOverlap, hd.start)
 						break
 					}
-					c.fail(KindOverlap, hd.id.String(), fmt.Sprintf("validity windows overlap: [%s, %s) by proc %d and [%s, %s) by proc %d",
+					c.failAt(KindOverlap, hd.id.String(), hd.start, fmt.Sprintf("validity windows overlap: [%s, %s) by proc %d and [%s, %s) by proc %d",
 						fmtT(other.start), fmtT(other.end), h.Ops[other.acq].Process, fmtT(hd.start), fmtT(hd.end), h.Ops[hd.acq].Process),
 						holdOps(h, other, hd)...)
 					break
@@ -107,6 +113,15 @@ func sweepConflicts(h *history.History, hs []hold, c *collector, conflicts func(
 			furthest[hd.mode] = k
 		}
 	}
+}
+
+// horizonOf is how long after a fault's effect a lease of ttl (ns; 0: none)
+// can still be counted on: its ttl plus the drift allowance.
+func horizonOf(ttl, drift int64) int64 {
+	if ttl <= 0 {
+		return history.Never
+	}
+	return addSat(ttl, drift)
 }
 
 // holdOps lists the acquisitions (and the releases ending them) of holds.
@@ -130,7 +145,8 @@ func holdOps(h *history.History, hs ...*hold) []*history.Operation {
 func CheckSemaphore(h *history.History, o Options) Result {
 	start := time.Now()
 	o = o.withDefaults()
-	hs := buildHolds(h, int64(o.Drift), func(m mode) bool { return m == modePermit }, o.UncertainRenewalReleases).holds
+	drift := int64(o.Drift)
+	hs := buildHolds(h, drift, func(m mode) bool { return m == modePermit }, o.UncertainRenewalReleases).holds
 	c := newCollector(o)
 	capacity := make(map[lockID]int64)
 	for k := range h.Ops {
@@ -173,18 +189,23 @@ func CheckSemaphore(h *history.History, o Options) Result {
 			if held > limit && !over {
 				over = true
 				var active []*hold
-				if len(c.evidence) < c.max {
-					for _, k := range idx[lo:hi] {
-						if hd := &hs[k]; hd.start <= e.t && hd.end > e.t {
-							active = append(active, hd)
-						}
+				since, horizon := history.Never, int64(0)
+				for _, k := range idx[lo:hi] {
+					if hd := &hs[k]; hd.start <= e.t && hd.end > e.t {
+						active = append(active, hd)
+						since = min(since, h.Ops[hd.acq].T)
+						horizon = max(horizon, horizonOf(hd.ttl, drift))
 					}
 				}
+				// Complete at e.t; a fault explains it only if a permit
+				// held then was on the server when it struck, and e.t
+				// comes within a ttl after it.
+				c.reaches = append(c.reaches, Reach{Kind: KindOverCapacity, Key: id.String(), Since: since, First: e.t, Last: e.t, Horizon: horizon})
 				ops := holdOps(h, active...)
 				if len(ops) > 2*int(limit)+4 {
 					ops = ops[:2*int(limit)+4]
 				}
-				c.fail(KindOverCapacity, id.String(), fmt.Sprintf("%s held at %s, capacity %d", Plural(held, "permit"), fmtT(e.t), limit), ops...)
+				c.failAt(KindOverCapacity, id.String(), e.t, fmt.Sprintf("%s held at %s, capacity %d", Plural(held, "permit"), fmtT(e.t), limit), ops...)
 			} else if held <= limit {
 				over = false
 			}

@@ -60,7 +60,7 @@ func FaultsNotHappened(h *history.History, nemesis bool, scheduled int) []string
 	ran := 0
 	for k := range h.Ops {
 		op := &h.Ops[k]
-		if op.F != history.FNemesis || op.Key == NemesisEffect {
+		if op.F != history.FNemesis || IsEffect(op.Key) {
 			continue
 		}
 		ran++

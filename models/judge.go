@@ -200,7 +200,12 @@ func judgeViolations(p Property, r *Result, effects []Effect) Judgement {
 				continue
 			}
 			if !slices.ContainsFunc(effects, func(ef Effect) bool {
-				return x.Since < ef.At && x.Last <= addSat(ef.At, x.Horizon) && addSat(x.First, x.Len) >= ef.From
+				if addSat(x.First, x.Len) < ef.From {
+					return false // complete before the fault began
+				}
+				// An ongoing loss (a failover) may have struck state made
+				// after it was observed, and go on.
+				return ef.Ongoing || x.Since < ef.At && x.Last <= addSat(ef.At, x.Horizon)
 			}) {
 				return false
 			}

@@ -238,3 +238,51 @@ func TestJudgeRateLimitReach(t *testing.T) {
 		})
 	}
 }
+
+// Overlapping holders and permits over capacity count as a fault's hazard
+// only within its reach: the earlier lease (a permit held) was on the server
+// when the effect was observed, and the overlap began within its ttl after
+// it; an ongoing effect (a failover) bounds nothing after it. An overlap
+// complete before the fault is not its doing, even when a release that
+// ended it returned after the fault (review: HAZARD at any time after a
+// fault, and an overlap dated by its latest return).
+func TestJudgeOverlapReach(t *testing.T) {
+	restart := []Effect{{From: m(1000), At: m(1100), What: "the restart lost the dataset"}}
+	failover := []Effect{{From: m(1000), At: m(1100), What: "the new primary lacks writes", Ongoing: true}}
+	excl := Property{Checker: "exclusion", Expect: MayHazard}
+	sem := Property{Checker: "semaphore", Expect: MayHazard, Hazards: []string{KindOverCapacity}}
+	permit := func(key string) history.Op {
+		return history.Op{F: history.FSemAcquire, Key: key, TTLMs: 1000, Capacity: 1}
+	}
+	pair := func(op func() history.Op, a, b int64) *builder {
+		return new(builder).ok(1, a, a+m(1), op()).ok(2, b, b+m(1), op())
+	}
+	lock := func() history.Op { return acq("k", 0, 1000) }
+	cases := []struct {
+		name string
+		p    Property
+		b    *builder
+		log  []Effect
+		want Judgement
+	}{
+		{"overlap just after a restart", excl, pair(lock, m(900), m(1200)), restart, JudgedHazard},
+		{"overlap long after a restart", excl, pair(lock, m(5000), m(5200)), restart, JudgedFail},
+		{"overlap long after a failover (ongoing)", excl, pair(lock, m(5000), m(5200)), failover, JudgedHazard},
+		{"overlap complete before the fault, released after it", excl,
+			new(builder).ok(1, 0, m(1), lock()).ok(2, m(200), m(201), lock()).ok(1, m(300), m(1300), rel("k")), restart, JudgedFail},
+		{"over capacity just after a restart", sem, pair(func() history.Op { return permit("s") }, m(900), m(1200)), restart, JudgedHazard},
+		{"over capacity long after a restart", sem, pair(func() history.Op { return permit("s") }, m(5000), m(5200)), restart, JudgedFail},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ck, _ := Lookup(c.p.Checker)
+			r := ck.Check(c.b.build(t), Options{})
+			if r.Verdict != Fail {
+				t.Fatalf("want a violation, got %s", r.String())
+			}
+			if got := Judge(c.p, &r, c.log); got != c.want {
+				t.Fatalf("verdict %s, want %s: %s (reaches %+v)", got, c.want, r.Summary, r.Reaches)
+			}
+		})
+	}
+}

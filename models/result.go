@@ -303,6 +303,28 @@ func (c *collector) fail(kind, key, msg string, ops ...*history.Operation) {
 	}
 }
 
+// failAt is fail for a violation complete at t (the history's clock), which
+// may be earlier than the latest completion among ops (an overlap is
+// complete when the later window opens, whenever the releases that ended the
+// windows returned).
+func (c *collector) failAt(kind, key string, t int64, msg string, ops ...*history.Operation) {
+	if !c.full(kind) {
+		e := evidence(key, msg, ops)
+		e.Kind = kind
+		c.evidence = append(c.evidence, e)
+	}
+	c.skipAt(kind, t)
+}
+
+// skipAt counts a violation complete at t without evidence.
+func (c *collector) skipAt(kind string, t int64) {
+	c.n++
+	c.kinds[kind]++
+	if e, ok := c.earliest[kind]; !ok || t < e {
+		c.earliest[kind] = t
+	}
+}
+
 // full reports whether the evidence of a kind is complete: further violations
 // of it are only counted (call skip instead of formatting a message).
 func (c *collector) full(kind string) bool { return c.kinds[kind] >= c.max }

@@ -238,7 +238,7 @@ func failoverLoss(ctx context.Context, e *Env, w *offsetWatch, old, np *testbed.
 		return
 	}
 	if off, c := w.until(ctx, old, proved, limit); proved(off, c) {
-		e.Effect("the new primary %s %s", np.Name, describe(off, c))
+		e.EffectOngoing("the new primary %s %s", np.Name, describe(off, c))
 	}
 }
 

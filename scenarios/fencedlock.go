@@ -503,7 +503,7 @@ func init() {
 					case counter == "":
 						// No counter to watch: the evictions are the proof
 						// (weaker: they may all have been filler).
-						e.Effect("n1 evicted %d keys (allkeys-lru, maxmemory 4mb); the implementation has no fencing counter to watch", n)
+						e.EffectOngoing("n1 evicted %d keys (allkeys-lru, maxmemory 4mb); the implementation has no fencing counter to watch", n)
 					case before > 0:
 						// The counter only grows unless it is evicted (and
 						// restarted from zero by the next grant).
@@ -512,7 +512,7 @@ func init() {
 							after, err = 0, nil
 						}
 						if err == nil && after < before {
-							e.Effect("n1 evicted %d keys (allkeys-lru, maxmemory 4mb), the fencing counter among them: %d before the filler, %d after", n, before, after)
+							e.EffectOngoing("n1 evicted %d keys (allkeys-lru, maxmemory 4mb), the fencing counter among them: %d before the filler, %d after", n, before, after)
 						}
 					}
 					return nil

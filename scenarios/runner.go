@@ -406,7 +406,7 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 			inv, _ := env.Rec.Invoke(nemesisProc, history.Op{F: history.FNemesis, Key: kind, Value: ev.Name})
 			at := time.Duration(inv.T)
 			el := EventLog{At: at, Name: ev.Name, Kind: kind}
-			env.note, env.effect = nil, nil
+			env.note, env.effect, env.ongoing = nil, nil, nil
 			err := ev.Do(wctx, env)
 			if len(env.note) > 0 {
 				el.Name += " (" + strings.Join(env.note, "; ") + ")"
@@ -421,8 +421,12 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 			el.End = time.Duration(done.T)
 			// Each proven effect is an observation of its own in the history,
 			// so an offline check can tell when a hazard became possible.
-			for _, what := range env.effect {
-				if _, err := env.Rec.Invoke(nemesisProc, history.Op{F: history.FNemesis, Key: models.NemesisEffect, Value: what}); err == nil {
+			for i, what := range env.effect {
+				key := models.NemesisEffect
+				if env.ongoing[i] {
+					key = models.NemesisEffectOngoing
+				}
+				if _, err := env.Rec.Invoke(nemesisProc, history.Op{F: history.FNemesis, Key: key, Value: what}); err == nil {
 					_, _ = env.Rec.Complete(nemesisProc, history.OK, history.Op{Value: what})
 				}
 			}

@@ -186,6 +186,7 @@ type Env struct {
 	coords  coordinators
 	note    []string // what the running nemesis event chose (Note)
 	effect  []string // what the running nemesis event proved (Effect)
+	ongoing []bool   // per effect: EffectOngoing
 
 	latch latchShared // the latch workload's rounds
 }
@@ -198,6 +199,16 @@ type Env struct {
 // so the violation is FAIL.
 func (e *Env) Effect(format string, args ...any) {
 	e.effect = append(e.effect, fmt.Sprintf(format, args...))
+	e.ongoing = append(e.ongoing, false)
+}
+
+// EffectOngoing is Effect for a loss that may go on after it was observed
+// (models.NemesisEffectOngoing): a failover, whose deposed primary may take
+// writes and lose them until it is demoted; evictions under a memory limit
+// that stays reached. A violation is then not held to the effect's horizon.
+func (e *Env) EffectOngoing(format string, args ...any) {
+	e.effect = append(e.effect, fmt.Sprintf(format, args...))
+	e.ongoing = append(e.ongoing, true)
 }
 
 // Note records what the running nemesis event chose or found ("c3 cut from
