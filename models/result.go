@@ -135,11 +135,14 @@ type Result struct {
 	// complete before a fault began cannot be that fault's doing.
 	Earliest map[string]int64 `json:"earliest_ns,omitempty"`
 	// Reaches bound where the violations of a checker that reports them
-	// (rate-limit) lie, for attributing them to a fault (Judge): a
-	// violation of a kind some Reach names counts as a fault's hazard only
-	// when its Reach is within that fault's reach. Empty for the other
-	// checkers, whose violations are judged by Earliest alone.
-	Reaches []Reach `json:"reaches,omitempty"`
+	// (rate-limit, exclusion, rw-exclusion, semaphore) lie, for attributing
+	// them to a fault (Judge): a violation of a kind some Reach names counts
+	// as a fault's hazard only when its Reach is within that fault's reach.
+	// Empty for the other checkers, whose violations are judged by Earliest
+	// alone. Not written
+	// to reports (one per overlap can be many); an offline check recomputes
+	// them from the history.
+	Reaches []Reach `json:"-"`
 	// Evidence shows the first violations of each kind, up to
 	// Options.MaxEvidence per kind (or the reasons for UNKNOWN).
 	Evidence []Evidence `json:"evidence,omitempty"`
@@ -161,8 +164,11 @@ type Reach struct {
 	Kind string `json:"kind"`
 	// Key is the limiter (or lock) concerned.
 	Key string `json:"key"`
-	// Since is the invocation of the key's first grant: a fault can only have
-	// lost state that existed when it struck.
+	// Since is when the state a fault could have lost was made: the
+	// invocation of the key's first grant (rate limits), of the earlier
+	// lease's acquisition (overlaps), of the earliest permit then held (over
+	// capacity). A fault can only have lost state that existed when it
+	// struck.
 	Since int64 `json:"since_ns"`
 	// First and Last are the earliest and latest start of a violating span.
 	First int64 `json:"first_ns"`
