@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -487,6 +488,27 @@ func init() {
 					if counter != "" {
 						before, _ = a.Get(ctx, counter).Int64()
 					}
+					// The server names each key it evicts (keyspace events):
+					// the lock's lease or counter among them is the proof.
+					lease := leaseKeyOf(e.Impl, e.Key(lockKey))
+					var evictedLock atomic.Value // string: the lock key seen evicted
+					if err := a.ConfigSet(ctx, "notify-keyspace-events", "Ee").Err(); err != nil {
+						return err
+					}
+					sub := a.Subscribe(ctx, "__keyevent@0__:evicted")
+					defer sub.Close()
+					if _, err := sub.Receive(ctx); err != nil {
+						return err
+					}
+					drained := make(chan struct{})
+					go func() {
+						defer close(drained)
+						for m := range sub.Channel() {
+							if m.Payload == lease || counter != "" && m.Payload == counter {
+								evictedLock.CompareAndSwap(nil, m.Payload)
+							}
+						}
+					}()
 					val := make([]byte, 4096)
 					for round := 0; round < 4; round++ {
 						p := a.Pipeline()
@@ -498,6 +520,14 @@ func init() {
 						}
 					}
 					n, ok := infoInt(ctx, e.Topo.Node("n1"), "stats", "evicted_keys")
+					// The last events arrive after the filler's replies.
+					sleep(ctx, 200*time.Millisecond)
+					_ = sub.Close()
+					<-drained
+					if k, _ := evictedLock.Load().(string); k != "" {
+						e.EffectOngoing("n1 evicted %d keys (allkeys-lru, maxmemory 4mb), the lock's %s among them", n, k)
+						return nil
+					}
 					switch {
 					case !ok || n == 0:
 					case counter == "":

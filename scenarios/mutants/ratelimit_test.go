@@ -19,13 +19,19 @@ func init() {
 // runScenario runs a ratelimit scenario on a real server with impl.
 func runScenario(t *testing.T, name, impl string) *scenarios.Outcome {
 	t.Helper()
+	return runScenarioSeed(t, name, impl, 1)
+}
+
+// runScenarioSeed is runScenario with a seed.
+func runScenarioSeed(t *testing.T, name, impl string, seed int64) *scenarios.Outcome {
+	t.Helper()
 	ss, err := scenarios.Match([]string{name})
 	if err != nil || len(ss) != 1 {
 		t.Fatalf("%s: %v %v", name, ss, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	out, err := scenarios.Run(ctx, ss[0], scenarios.Config{Build: build(), Duration: 4 * time.Second, Seed: 1, Impl: impl, Logf: t.Logf})
+	out, err := scenarios.Run(ctx, ss[0], scenarios.Config{Build: build(), Duration: 4 * time.Second, Seed: seed, Impl: impl, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,11 +55,21 @@ func TestLimiterMutantsFail(t *testing.T) {
 		{"ratelimit/sliding/baseline", "mutant-sliding-rounds-backward", []string{"reference-sliding-rounds-forward", "prim"}},
 	} {
 		t.Run(tc.mutant, func(t *testing.T) {
-			out := runScenario(t, tc.scenario, tc.mutant)
+			// A sliding window rounding backward over-admits only when grants
+			// fall between window − segment and the window apart, which one
+			// short run on a loaded machine may not give (CI: 1330 requests,
+			// none so): one of three seeds must show it.
 			var rl *scenarios.PropertyResult
-			for k := range out.Results {
-				if out.Results[k].Checker == "rate-limit" {
-					rl = &out.Results[k]
+			for seed := int64(1); seed <= 3; seed++ {
+				out := runScenarioSeed(t, tc.scenario, tc.mutant, seed)
+				rl = nil
+				for k := range out.Results {
+					if out.Results[k].Checker == "rate-limit" {
+						rl = &out.Results[k]
+					}
+				}
+				if rl == nil || rl.Verdict != scenarios.Pass {
+					break
 				}
 			}
 			if rl == nil || rl.Verdict != scenarios.Fail || len(rl.Result.Evidence) == 0 ||
