@@ -11,8 +11,8 @@ const NemesisEffect = "effect"
 
 // NemesisEffectOngoing is a NemesisEffect whose loss may go on after it was
 // observed: a failover, whose deposed primary may take writes (and lose
-// them) until it is demoted, or evictions under a memory limit that stays
-// reached. Judge holds no violation to such an effect's horizon.
+// them) until it is demoted. Judge counts state made up to OngoingFor after
+// it as lost.
 const NemesisEffectOngoing = "effect-ongoing"
 
 // IsEffect reports whether a nemesis operation's key marks a proof of an
@@ -29,8 +29,8 @@ type Effect struct {
 	At int64
 	// What says what was observed.
 	What string
-	// Ongoing: the loss may go on after At (NemesisEffectOngoing), so no
-	// horizon after At bounds what it can explain.
+	// Ongoing: the loss may go on after At (NemesisEffectOngoing), for up
+	// to OngoingFor.
 	Ongoing bool
 }
 

@@ -97,7 +97,7 @@ func sweepConflicts(h *history.History, hs []hold, c *collector, drift int64, co
 					// server when it struck, and the later window opened
 					// within the earlier lease's ttl after it.
 					c.reaches = append(c.reaches, Reach{Kind: KindOverlap, Key: hd.id.String(), Since: h.Ops[other.acq].T,
-						First: hd.start, Last: hd.start, Horizon: horizonOf(other.ttl, drift)})
+						First: hd.start, Last: hd.start, Horizon: horizonOf(other.maxTTL, drift)})
 					if c.full(KindOverlap) {
 						c.skipAt(KindOverlap, hd.start)
 						break
@@ -162,8 +162,7 @@ func CheckSemaphore(h *history.History, o Options) Result {
 		hold int32
 	}
 	var events []event
-	lo := 0 // idx[lo:hi] are the holds of the key being flushed
-	flush := func(id lockID, hi int) {
+	flush := func(id lockID) {
 		if len(events) == 0 {
 			return
 		}
@@ -184,23 +183,40 @@ func CheckSemaphore(h *history.History, o Options) Result {
 		})
 		var held int64
 		over := false
+		// The open windows, kept by the sweep (where each sits in it, for
+		// removal): an episode reads them without scanning every hold.
+		var open []int32
+		pos := map[int32]int{}
 		for _, e := range events {
 			held += e.w
+			if e.w > 0 {
+				pos[e.hold] = len(open)
+				open = append(open, e.hold)
+			} else if i, ok := pos[e.hold]; ok {
+				last := open[len(open)-1]
+				open[i], pos[last] = last, i
+				open = open[:len(open)-1]
+				delete(pos, e.hold)
+			}
 			if held > limit && !over {
 				over = true
-				var active []*hold
 				since, horizon := history.Never, int64(0)
-				for _, k := range idx[lo:hi] {
-					if hd := &hs[k]; hd.start <= e.t && hd.end > e.t {
-						active = append(active, hd)
-						since = min(since, h.Ops[hd.acq].T)
-						horizon = max(horizon, horizonOf(hd.ttl, drift))
-					}
+				for _, k := range open {
+					since = min(since, h.Ops[hs[k].acq].T)
+					horizon = max(horizon, horizonOf(hs[k].maxTTL, drift))
 				}
 				// Complete at e.t; a fault explains it only if a permit
 				// held then was on the server when it struck, and e.t
 				// comes within a ttl after it.
 				c.reaches = append(c.reaches, Reach{Kind: KindOverCapacity, Key: id.String(), Since: since, First: e.t, Last: e.t, Horizon: horizon})
+				if c.full(KindOverCapacity) {
+					c.skipAt(KindOverCapacity, e.t)
+					continue
+				}
+				active := make([]*hold, 0, len(open))
+				for _, k := range slices.Sorted(slices.Values(open)) {
+					active = append(active, &hs[k])
+				}
 				ops := holdOps(h, active...)
 				if len(ops) > 2*int(limit)+4 {
 					ops = ops[:2*int(limit)+4]
@@ -217,15 +233,14 @@ func CheckSemaphore(h *history.History, o Options) Result {
 	for n, k := range idx {
 		hd := &hs[k]
 		if n > 0 && hd.kid != curKid {
-			flush(cur, n)
-			lo = n
+			flush(cur)
 		}
 		cur, curKid = hd.id, hd.kid
 		if hd.end > hd.start {
 			events = append(events, event{hd.start, hd.weight, k}, event{hd.end, -hd.weight, k})
 		}
 	}
-	flush(cur, len(idx))
+	flush(cur)
 	r := c.result("semaphore", len(hs), fmt.Sprintf("%s on %s, never above capacity", Plural(len(hs), "permit window"), Plural(countIDs(hs), "semaphore")))
 	r.Elapsed = time.Since(start)
 	return r

@@ -51,6 +51,7 @@ type hold struct {
 	acq    int   // index in History.Ops of the acquisition
 	rel    int   // index of the release (or uncertain renewal) that ended the window, or -1
 	ttl    int64 // ns, 0 for none
+	maxTTL int64 // the longest ttl of the acquisition and its ok renewals (ns)
 
 	// Server side, for liveness: the lease is certainly gone by freedAt,
 	// which is the return of an ok release that released it, else the latest
@@ -151,7 +152,7 @@ func buildHolds(h *history.History, drift int64, want func(mode) bool, cutUncert
 			switch o.Type {
 			case history.OK:
 				hd := hold{id: idOf(o), kid: kidOf(o), mode: m, start: o.Return, valid: history.Never, relInv: history.Never,
-					weight: o.Weight(), acq: k, rel: -1, ttl: ttl, expiry: history.Never}
+					weight: o.Weight(), acq: k, rel: -1, ttl: ttl, maxTTL: ttl, expiry: history.Never}
 				if ttl > 0 {
 					hd.valid = addSat(o.T, ttl)
 					hd.expiry = addSat(o.Return, ttl)
@@ -207,6 +208,7 @@ func buildHolds(h *history.History, drift int64, want func(mode) bool, cutUncert
 			}
 			switch o.Type {
 			case history.OK:
+				hd.maxTTL = max(hd.maxTTL, ttl)
 				if ttl > 0 && hd.expiry != history.Never {
 					hd.expiry = max(hd.expiry, addSat(o.Return, ttl))
 				}

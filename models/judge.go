@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/coordtorture/coordtorture/history"
 )
@@ -160,15 +161,23 @@ func (j Judgement) ExitStatus() int {
 	return 0
 }
 
+// OngoingFor is how long after an ongoing effect (Effect.Ongoing) was
+// observed its loss may still strike: a deposed primary keeps taking writes
+// until it is demoted, which the sentinels do on their INFO period (10s) once
+// they reach it, a cluster node once gossip tells it. Beyond it, the effect
+// explains nothing new.
+const OngoingFor = 15 * time.Second
+
 // Judge decides property p's verdict from its checker's result r and the
 // history's proven fault effects (Effects, in time order): PASS or UNKNOWN as
 // the checker said, and for a violation HAZARD when p may show the hazard,
 // every violation is of a hazard kind, none was complete before the first
 // proven effect's fault began, and, for a checker that reports where its
-// violations lie (Result.Reaches: rate limits), each run of them lies within
-// one effect's reach (a key granted before the effect was observed, spans
+// violations lie (Result.Reaches: rate limits, overlaps, over-capacity),
+// each run of them lies within one effect's reach (state made before the
+// effect was observed, or OngoingFor after it for an ongoing loss; spans
 // that can end after its fault began and that start within the horizon
-// after the effect); FAIL otherwise, also when no fault was seen to have an
+// after that); FAIL otherwise, also when no fault was seen to have an
 // effect. For a violation it marks the hazard evidence, puts
 // the failures' evidence first and says in the summary how the violations
 // split. Scenario runs and fencecheck decide with it, so they agree.
@@ -203,9 +212,13 @@ func judgeViolations(p Property, r *Result, effects []Effect) Judgement {
 				if addSat(x.First, x.Len) < ef.From {
 					return false // complete before the fault began
 				}
-				// An ongoing loss (a failover) may have struck state made
-				// after it was observed, and go on.
-				return ef.Ongoing || x.Since < ef.At && x.Last <= addSat(ef.At, x.Horizon)
+				// An ongoing loss (a failover) may strike state made after
+				// it was observed, for up to OngoingFor.
+				at := ef.At
+				if ef.Ongoing {
+					at = addSat(at, int64(OngoingFor))
+				}
+				return x.Since < at && x.Last <= addSat(at, x.Horizon)
 			}) {
 				return false
 			}

@@ -267,7 +267,8 @@ func TestJudgeOverlapReach(t *testing.T) {
 	}{
 		{"overlap just after a restart", excl, pair(lock, m(900), m(1200)), restart, JudgedHazard},
 		{"overlap long after a restart", excl, pair(lock, m(5000), m(5200)), restart, JudgedFail},
-		{"overlap long after a failover (ongoing)", excl, pair(lock, m(5000), m(5200)), failover, JudgedHazard},
+		{"overlap seconds after a failover (ongoing)", excl, pair(lock, m(5000), m(5200)), failover, JudgedHazard},
+		{"overlap a minute after a failover", excl, pair(lock, m(60000), m(60200)), failover, JudgedFail},
 		{"overlap complete before the fault, released after it", excl,
 			new(builder).ok(1, 0, m(1), lock()).ok(2, m(200), m(201), lock()).ok(1, m(300), m(1300), rel("k")), restart, JudgedFail},
 		{"over capacity just after a restart", sem, pair(func() history.Op { return permit("s") }, m(900), m(1200)), restart, JudgedHazard},

@@ -131,7 +131,8 @@ type Result struct {
 	Kinds map[string]int `json:"kinds,omitempty"`
 	// Earliest is, for each kind, the earliest time (ns, the history's clock)
 	// at which a violation of that kind was complete: the latest completion
-	// among its operations (Never if one never completed). A violation
+	// among its operations (Never if one never completed), or, for an
+	// overlap or permits over capacity, the instant it began. A violation
 	// complete before a fault began cannot be that fault's doing.
 	Earliest map[string]int64 `json:"earliest_ns,omitempty"`
 	// Reaches bound where the violations of a checker that reports them

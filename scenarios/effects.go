@@ -35,19 +35,31 @@ func plantCanary(ctx context.Context, n *testbed.Node) int64 {
 }
 
 // checkCanary records the effect when the canary planted before the fault
-// is gone, and removes it otherwise.
-func checkCanary(ctx context.Context, e *Env, n *testbed.Node, before int64, what string) {
+// is gone, and removes it otherwise. A server that cannot be read (for two
+// seconds: a restart still loading) is an error, so the event fails and the
+// run is UNKNOWN: not knowing whether the dataset was lost is no proof that
+// it was not.
+func checkCanary(ctx context.Context, e *Env, n *testbed.Node, before int64, what string) error {
 	if before < 0 {
-		return
+		return nil
 	}
 	a := n.Admin()
-	err := a.Get(ctx, canaryKey).Err()
+	var err error
+	for end := time.Now().Add(2 * time.Second); ; sleep(ctx, 50*time.Millisecond) {
+		err = a.Get(ctx, canaryKey).Err()
+		if err == nil || errors.Is(err, redis.Nil) || time.Now().After(end) || ctx.Err() != nil {
+			break
+		}
+	}
 	switch {
 	case errors.Is(err, redis.Nil):
 		e.Effect("%s lost the dataset: %s before, the canary written just before is gone", what, models.Plural(before+1, "key"))
 	case err == nil:
 		_ = a.Del(ctx, canaryKey).Err()
+	default:
+		return fmt.Errorf("reading the canary after %s: %w", what, err)
 	}
+	return nil
 }
 
 // infoInt reads one integer field of an INFO section; ok is false when the

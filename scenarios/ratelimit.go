@@ -168,8 +168,7 @@ func rateKillRestart(gap, hold time.Duration) func(*rand.Rand, time.Duration) []
 				if err := e.Topo.Start(sctx, "n1"); err != nil {
 					return err
 				}
-				checkCanary(sctx, e, e.Topo.Node("n1"), before, "the restart")
-				return nil
+				return checkCanary(sctx, e, e.Topo.Node("n1"), before, "the restart")
 			})
 	}
 }

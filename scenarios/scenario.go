@@ -204,8 +204,8 @@ func (e *Env) Effect(format string, args ...any) {
 
 // EffectOngoing is Effect for a loss that may go on after it was observed
 // (models.NemesisEffectOngoing): a failover, whose deposed primary may take
-// writes and lose them until it is demoted; evictions under a memory limit
-// that stays reached. A violation is then not held to the effect's horizon.
+// writes and lose them until it is demoted. State made up to
+// models.OngoingFor after it counts as lost.
 func (e *Env) EffectOngoing(format string, args ...any) {
 	e.effect = append(e.effect, fmt.Sprintf(format, args...))
 	e.ongoing = append(e.ongoing, true)
