@@ -43,6 +43,14 @@ import (
 //     verify "false", a renew that failed without an error) inside the
 //     owner's own certain span is KindWronglyDenied.
 //
+// Read-write leases (acquire_read, acquire_write) are owners too, each with
+// its own lease: the after-end and wrongly-denied rules apply to them; owner
+// conflicts do not (readers share; rw-exclusion judges their grants). A
+// read-write lease's renewal that failed with an error or is unknown loses
+// the handle (prim's rule), so the owner's later denials are not checked,
+// even when a later release finds the lease still there (a lost handle
+// answers verify "false" without asking; its release still asks).
+//
 // With Options.UncertainRenewalReleases (an implementation that, after a
 // renewal whose outcome is unknown, fences it and releases the lease
 // owner-checked in the background, as prim does), such a renewal ends the
@@ -72,12 +80,17 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 		sStart  int64  // certain span [sStart, sEnd); sEnd <= sStart: none
 		sEnd    int64
 		hasSpan bool
-		lostAt  int64 // invocation of the first renewal whose outcome is unknown (UncertainRenewalReleases)
+		lostAt  int64 // from then on, denials are not checked (see the doc comment's last paragraphs)
 		proofT  int64 // invocation of the last proof, or -1
+		mode    mode  // exclusive, read or write
 	}
 	nAcq := 0
+	leaseMode := func(f string) (mode, bool) {
+		m, _ := acquireMode(f)
+		return m, m == modeExclusive || m == modeRead || m == modeWrite
+	}
 	for k := range h.Ops {
-		if m, _ := acquireMode(h.Ops[k].F); m == modeExclusive && h.Ops[k].Type != history.Fail {
+		if _, ok := leaseMode(h.Ops[k].F); ok && h.Ops[k].Type != history.Fail {
 			nAcq++
 		}
 	}
@@ -89,13 +102,13 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 	nOps := 0
 	for k := range h.Ops {
 		op := &h.Ops[k]
-		if m, _ := acquireMode(op.F); m == modeExclusive {
+		if m, ok := leaseMode(op.F); ok {
 			if op.Type == history.Fail {
 				continue
 			}
 			nOps++
 			kid := kidOf(op)
-			owners = append(owners, owner{id: idOf(op), name: op.Owner, acq: k})
+			owners = append(owners, owner{id: idOf(op), name: op.Owner, acq: k, mode: m})
 			n := len(owners) - 1
 			if op.Owner != "" {
 				byOwner[ownerKey{kid, op.Owner}] = n
@@ -173,7 +186,7 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 		releasedBy := history.Never // return of the ok release that released it
 		var releasedOp *history.Operation
 		firstRelInv := history.Never
-		lostAt := history.Never // see the doc comment's last paragraph
+		lostAt, cutAt := history.Never, history.Never // see the doc comment's last paragraphs
 		var firstProof, lastProof *history.Operation
 		for _, k := range ow.ops {
 			op := &h.Ops[k]
@@ -202,7 +215,10 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 				releasedBy, releasedOp = op.Return, op
 			}
 			if op.F == history.FRenew && op.Type == history.Info && o.UncertainRenewalReleases {
-				lostAt = min(lostAt, op.T)
+				lostAt, cutAt = min(lostAt, op.T), min(cutAt, op.T)
+			}
+			if op.F == history.FRenew && ow.mode != modeExclusive && (op.Type == history.Info || op.Type == history.Fail && op.Err != "") {
+				lostAt = min(lostAt, op.T) // a read-write lease's failed renewal loses the handle
 			}
 			if op.F == history.FRenew {
 				rttl := ms(op.TTLMs)
@@ -238,7 +254,7 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 		if lastProof != nil {
 			ow.proofT = lastProof.T
 		}
-		ow.sEnd = min(firstRelInv, lowExp, lostAt)
+		ow.sEnd = min(firstRelInv, lowExp, cutAt)
 		if lastProof != nil && lastProof.T > ow.sEnd {
 			ow.sEnd = lastProof.T
 		}
@@ -261,9 +277,11 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 		list := byID[kid]
 		// Spans sorted by start, with the two furthest ends (of different
 		// owners) among each prefix.
+		// Owner conflicts are an exclusive lease's: read-write leases share
+		// (rw-exclusion judges their grants).
 		spans := make([]int, 0, len(list))
 		for _, n := range list {
-			if owners[n].hasSpan {
+			if owners[n].hasSpan && owners[n].mode == modeExclusive {
 				spans = append(spans, n)
 			}
 		}
@@ -304,7 +322,7 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 			// check: a grant (op is the acquisition) or a proof needs an
 			// instant in [from, to] outside the others' certain spans.
 			check := func(op *history.Operation, from, to int64) {
-				if from > to {
+				if from > to || ow.mode != modeExclusive {
 					return
 				}
 				other := coveredBy(n, from, to)
@@ -332,7 +350,7 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 				switch {
 				case proves(op):
 					check(op, max(op.T, a.T), op.Return)
-				case denies(op) && ow.hasSpan && ow.sStart <= op.T && op.Return < ow.sEnd && (op.T < ow.lostAt || op.Return < ow.proofT):
+				case denies(op) && ow.hasSpan && ow.sStart <= op.T && op.Return < ow.sEnd && (op.T < ow.lostAt || ow.mode == modeExclusive && op.Return < ow.proofT):
 					if c.full(KindWronglyDenied) {
 						c.skip(KindWronglyDenied, a, op)
 						continue

@@ -72,9 +72,11 @@ func Checkers() []Checker {
 			Name: "lease-protocol",
 			Doc: "acquire, acquire_wait, renew, verify, release with owner: one lease state per lock; no grant or\n" +
 				"proof (ok renew, release \"released\", verify true) inside another owner's certain span, none after\n" +
-				"the lease certainly ended (released twice, renewed after expiry), no \"not held\" inside its own.",
-			Applies: hasF(history.FAcquire, history.FAcquireWait),
-			Check:   CheckLeaseProtocol,
+				"the lease certainly ended (released twice, renewed after expiry), no \"not held\" inside its own;\n" +
+				"acquire_read, acquire_write: the last two rules, per owner.",
+			Applies: hasF(history.FAcquire, history.FAcquireWait, history.FAcquireRead, history.FAcquireWrite,
+				history.FAcquireReadWait, history.FAcquireWriteWait),
+			Check: CheckLeaseProtocol,
 		},
 		{
 			Name: "no-phantom-owner",

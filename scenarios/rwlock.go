@@ -106,15 +106,20 @@ func rwWorkload(st rwStyle) func(ctx context.Context, env *Env, proc int) {
 	}
 }
 
-// rwProps is the family's property: rw-exclusion, which a hazard scenario
-// may see broken by an overlap once its fault had its effect. (progress and
-// leaks are added by Register.)
+// rwProps is the family's properties: rw-exclusion, which a hazard scenario
+// may see broken by an overlap once its fault had its effect, and
+// lease-protocol, which holds each owner's renew, verify and release answers
+// to its own lease (no "held" after it certainly ended, no "not held" while
+// it certainly lasted; a lost owner may be denied in a hazard scenario).
+// (progress and leaks are added by Register.)
 func rwProps(hazard bool) []Property {
 	p := Property{Checker: "rw-exclusion"}
+	lp := Property{Checker: "lease-protocol"}
 	if hazard {
 		p.Expect, p.Hazards = MayHazard, []string{models.KindOverlap}
+		lp.Expect = MayHazard
 	}
-	return []Property{p}
+	return []Property{p, lp}
 }
 
 // rwScenario registers rwlock/<fault>.

@@ -13,12 +13,14 @@ import (
 )
 
 // Read-write lease mutants, run by the rwlock scenarios
-// (scenarios.RWImpl): each breaks "many readers or one writer", which the
-// rw-exclusion checker holds the validity windows to.
+// (scenarios.RWImpl): two break "many readers or one writer", which the
+// rw-exclusion checker holds the validity windows to; one lies about
+// ownership, which lease-protocol catches.
 
 func init() {
 	scenarios.RegisterRWImpl(RWLease{WriterIgnoresReaders: true})
 	scenarios.RegisterRWImpl(RWLease{ReleaseWithoutOwnerCheck: true})
+	scenarios.RegisterRWImpl(RWLease{VerifyAlwaysTrue: true})
 }
 
 // RWLease is a read-write lease on prim's layout — one sorted set per key,
@@ -35,6 +37,9 @@ type RWLease struct {
 	// other owner's entry with it, so a writer is admitted while the other
 	// readers still hold their leases.
 	ReleaseWithoutOwnerCheck bool
+	// VerifyAlwaysTrue: verification answers "held" without asking, so a
+	// holder that stalled past its lease is told it still holds it.
+	VerifyAlwaysTrue bool
 }
 
 // Name implements scenarios.RWImpl.
@@ -44,6 +49,8 @@ func (m RWLease) Name() string {
 		return "mutant-rw-writer-ignores-readers"
 	case m.ReleaseWithoutOwnerCheck:
 		return "mutant-rw-release-without-owner-check"
+	case m.VerifyAlwaysTrue:
+		return "mutant-rw-verify-always-true"
 	}
 	return "reference-rw-lease"
 }
@@ -143,6 +150,9 @@ func (h rwHeld) Renew(ctx context.Context, ttl time.Duration) (bool, error) {
 }
 
 func (h rwHeld) Verify(ctx context.Context) (bool, error) {
+	if h.m.VerifyAlwaysTrue {
+		return true, nil // the bug
+	}
 	n, err := rwVerify.Run(ctx, h.c, []string{h.key}, h.member).Int64()
 	return n == 1, err
 }
