@@ -5,7 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -87,13 +88,12 @@ var Peers = []string{"redislock", "redsync"}
 
 // Mutants lists the registered deliberately broken implementations, by name.
 func Mutants() []string {
-	var out []string
-	for n := range extraImpls {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
+	return registered(extraImpls)
 }
+
+// registered lists the names of a registry of implementations (the
+// mutants of a family), sorted.
+func registered[T any](impls map[string]T) []string { return slices.Sorted(maps.Keys(impls)) }
 
 // NewImpl returns the named implementation: prim, a peer, or a registered one.
 func NewImpl(name string) (LockImpl, error) {

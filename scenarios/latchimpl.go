@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sort"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -67,12 +66,7 @@ func RegisterLatchImpl(l LatchImpl) { latchImpls[l.Name()] = l }
 // LatchMutants lists the registered countdown latch implementations (the
 // mutants), by name.
 func LatchMutants() []string {
-	var out []string
-	for n := range latchImpls {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
+	return registered(latchImpls)
 }
 
 // lookupLatch returns the named countdown latch implementation.

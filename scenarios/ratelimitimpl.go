@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sort"
 	"sync"
 	"time"
 
@@ -99,12 +98,7 @@ var LimiterPeers = []string{"redis_rate", "ulule"}
 // LimiterMutants lists the registered rate limiter implementations (the
 // mutants), by name.
 func LimiterMutants() []string {
-	var out []string
-	for n := range limiterImpls {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
+	return registered(limiterImpls)
 }
 
 // lookupLimiter returns the named rate limiter implementation.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
 	"sync"
 	"time"
 
@@ -49,12 +48,7 @@ func RegisterRWImpl(l RWImpl) { rwImpls[l.Name()] = l }
 // RWMutants lists the registered read-write lease implementations (the
 // mutants), by name.
 func RWMutants() []string {
-	var out []string
-	for n := range rwImpls {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
+	return registered(rwImpls)
 }
 
 // lookupRW returns the named read-write lease implementation.

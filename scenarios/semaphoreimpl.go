@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
 	"sync"
 	"time"
 
@@ -64,12 +63,7 @@ func RegisterSemImpl(s SemImpl) { semImpls[s.Name()] = s }
 // SemMutants lists the registered semaphore implementations (the mutants),
 // by name.
 func SemMutants() []string {
-	var out []string
-	for n := range semImpls {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
+	return registered(semImpls)
 }
 
 // lookupSem returns a new instance of the named semaphore implementation
