@@ -142,6 +142,17 @@ func buildHolds(h *history.History, drift int64, want func(mode) bool, cutUncert
 			delete(byProc, procKey{hd.kid, a.Process})
 		}
 	}
+	// cut ends a window at a renewal that did not succeed, for an
+	// implementation that then surrenders the lease and releases it
+	// (Options.UncertainRenewalReleases: prim after an uncertain renewal, and
+	// a semaphore permit after any failed one): the holder stops counting on
+	// it, and its unrecorded clean-up may free it, so the window ends here, as
+	// at a release's invocation.
+	cut := func(hd *hold, o *history.Operation, k int) {
+		if cutUncertain && o.T < hd.relInv {
+			hd.relInv, hd.rel, hd.cut = o.T, k, true
+		}
+	}
 	for k := range h.Ops {
 		o := &h.Ops[k]
 		if m, _ := acquireMode(o.F); m != modeNone {
@@ -167,17 +178,6 @@ func buildHolds(h *history.History, drift int64, want func(mode) bool, cutUncert
 				hs.maybe = append(hs.maybe, mh)
 			}
 			continue
-		}
-		// cut ends a window at a renewal that did not succeed, for an
-		// implementation that then surrenders the lease and releases it
-		// (Options.UncertainRenewalReleases: prim after an uncertain
-		// renewal, and a semaphore permit after any failed one): the holder
-		// stops counting on it, and its unrecorded clean-up may free it, so
-		// the window ends here, as at a release's invocation.
-		cut := func(hd *hold, o *history.Operation, k int) {
-			if cutUncertain && o.T < hd.relInv {
-				hd.relInv, hd.rel, hd.cut = o.T, k, true
-			}
 		}
 		switch o.F {
 		case history.FRelease:

@@ -2,6 +2,7 @@ package models
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -200,9 +201,10 @@ func judgeViolations(p Property, r *Result, effects []Effect) Judgement {
 		}
 	}
 	// inReach: every run of the kind's violations (Result.Reaches) lies
-	// within one effect's reach: on a key granted before the effect was
-	// observed, with spans that can end after the fault began and that start
-	// no later than the horizon after the effect.
+	// within one effect's reach: spans that can end after its fault began,
+	// on state made (a key granted, a lease or permit held) before the effect
+	// was observed (OngoingFor after it, for an ongoing loss such as a
+	// failover) and starting no later than the horizon after that.
 	inReach := func(kind string) bool {
 		for _, x := range r.Reaches {
 			if x.Kind != kind {
@@ -225,30 +227,30 @@ func judgeViolations(p Property, r *Result, effects []Effect) Judgement {
 		}
 		return true
 	}
-	isHazard := func(kind string) bool {
+	// Each kind is judged once (its reaches against every effect).
+	reached := make(map[string]bool, len(r.Kinds))
+	hazard := make(map[string]bool, len(r.Kinds))
+	for kind := range r.Kinds {
+		reached[kind] = inReach(kind)
 		// A violation whose time is unknown cannot be shown to follow the
 		// fault: FAIL.
 		e, ok := r.Earliest[kind]
-		return faultStart >= 0 && slices.Contains(hz, kind) && ok && e != history.Never && e >= faultStart && inReach(kind)
+		hazard[kind] = faultStart >= 0 && slices.Contains(hz, kind) && ok && e != history.Never && e >= faultStart && reached[kind]
 	}
 	v := JudgedHazard
 	if len(hz) == 0 || len(r.Kinds) == 0 {
 		v = JudgedFail
 	}
 	var parts []string
-	kinds := make([]string, 0, len(r.Kinds))
-	for k := range r.Kinds {
-		kinds = append(kinds, k)
-	}
-	slices.Sort(kinds)
+	kinds := slices.Sorted(maps.Keys(r.Kinds))
 	for _, k := range kinds {
 		class := "FAIL"
-		if isHazard(k) {
+		if hazard[k] {
 			class = "hazard"
 		} else {
 			v = JudgedFail
 			switch {
-			case slices.Contains(hz, k) && faultStart >= 0 && inReach(k):
+			case slices.Contains(hz, k) && faultStart >= 0 && reached[k]:
 				class = "FAIL: before the fault that had an effect"
 			case slices.Contains(hz, k) && faultStart >= 0:
 				class = "FAIL: beyond the reach of every fault that had an effect"
@@ -259,7 +261,7 @@ func judgeViolations(p Property, r *Result, effects []Effect) Judgement {
 		parts = append(parts, fmt.Sprintf("%d %s (%s)", r.Kinds[k], k, class))
 	}
 	for k := range r.Evidence {
-		r.Evidence[k].Hazard = r.Evidence[k].Kind != "" && isHazard(r.Evidence[k].Kind)
+		r.Evidence[k].Hazard = hazard[r.Evidence[k].Kind]
 	}
 	slices.SortStableFunc(r.Evidence, func(a, b Evidence) int {
 		switch {

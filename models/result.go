@@ -299,15 +299,10 @@ func newCollector(o Options) *collector {
 	return &collector{max: o.MaxEvidence, kinds: map[string]int{}, earliest: map[string]int64{}}
 }
 
-// fail records a violation of a kind.
+// fail records a violation of a kind, complete at the latest completion
+// among ops.
 func (c *collector) fail(kind, key, msg string, ops ...*history.Operation) {
-	full := c.full(kind)
-	c.skip(kind, ops...)
-	if !full {
-		e := evidence(key, msg, ops)
-		e.Kind = kind
-		c.evidence = append(c.evidence, e)
-	}
+	c.failAt(kind, key, completedAt(ops), msg, ops...)
 }
 
 // failAt is fail for a violation complete at t (the history's clock), which
@@ -323,6 +318,14 @@ func (c *collector) failAt(kind, key string, t int64, msg string, ops ...*histor
 	c.skipAt(kind, t)
 }
 
+// full reports whether the evidence of a kind is complete: further violations
+// of it are only counted (call skip instead of formatting a message).
+func (c *collector) full(kind string) bool { return c.kinds[kind] >= c.max }
+
+// skip counts a violation without evidence, complete at the latest
+// completion among ops.
+func (c *collector) skip(kind string, ops ...*history.Operation) { c.skipAt(kind, completedAt(ops)) }
+
 // skipAt counts a violation complete at t without evidence.
 func (c *collector) skipAt(kind string, t int64) {
 	c.n++
@@ -332,15 +335,11 @@ func (c *collector) skipAt(kind string, t int64) {
 	}
 }
 
-// full reports whether the evidence of a kind is complete: further violations
-// of it are only counted (call skip instead of formatting a message).
-func (c *collector) full(kind string) bool { return c.kinds[kind] >= c.max }
-
-// skip counts a violation without evidence.
-func (c *collector) skip(kind string, ops ...*history.Operation) {
-	c.n++
-	c.kinds[kind]++
-	end := history.Never // no operations named: when it happened is unknown
+// completedAt is when a violation among ops was complete: the latest
+// completion (Never when no operation is named: when it happened is
+// unknown).
+func completedAt(ops []*history.Operation) int64 {
+	end := history.Never
 	if len(ops) > 0 {
 		end = 0
 	}
@@ -349,9 +348,7 @@ func (c *collector) skip(kind string, ops ...*history.Operation) {
 			end = o.Return
 		}
 	}
-	if e, ok := c.earliest[kind]; !ok || end < e {
-		c.earliest[kind] = end
-	}
+	return end
 }
 
 // undecided records a reason for UNKNOWN.
