@@ -1,7 +1,6 @@
 package scenarios_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 
@@ -101,10 +100,7 @@ func TestRWLockScenarios(t *testing.T) {
 // none of them. Refused, never a fake PASS.
 func TestRWImplsRunOnlyRWLock(t *testing.T) {
 	scenarios.RegisterRWImpl(fakeRW{})
-	for _, tc := range []struct {
-		scenario, impl string
-		ok             bool
-	}{
+	expectSupports(t, []supportCase{
 		{"rwlock/baseline", "prim", true},
 		{"rwlock/baseline", "rw-mutant-for-this-test", true},
 		{"rwlock/baseline", "redislock", false},
@@ -112,17 +108,7 @@ func TestRWImplsRunOnlyRWLock(t *testing.T) {
 		{"rwlock/baseline", "mutant-release-without-owner-check", false},
 		{"fenced-lock/baseline", "rw-mutant-for-this-test", false},
 		{"ratelimit/fixed/baseline", "rw-mutant-for-this-test", false},
-	} {
-		ss, _ := scenarios.Match([]string{tc.scenario})
-		if got := ss[0].Supports(tc.impl); got != tc.ok {
-			t.Errorf("%s supports %s: %v, want %v", tc.scenario, tc.impl, got, tc.ok)
-		}
-		if !tc.ok {
-			if _, err := scenarios.Run(context.Background(), ss[0], scenarios.Config{Impl: tc.impl}); err == nil {
-				t.Errorf("%s ran on %s", tc.scenario, tc.impl)
-			}
-		}
-	}
+	})
 	if err := scenarios.ValidImpl("rw-mutant-for-this-test"); err != nil {
 		t.Error(err)
 	}

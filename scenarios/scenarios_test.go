@@ -507,14 +507,34 @@ func TestRateLimitPeers(t *testing.T) {
 	}
 }
 
+// supportCase is whether scenario runs impl.
+type supportCase struct {
+	scenario, impl string
+	ok             bool
+}
+
+// expectSupports checks each case's Supports, and that a refused pair does
+// not run either (refused, never a fake PASS).
+func expectSupports(t *testing.T, cases []supportCase) {
+	t.Helper()
+	for _, tc := range cases {
+		ss, _ := scenarios.Match([]string{tc.scenario})
+		if got := ss[0].Supports(tc.impl); got != tc.ok {
+			t.Errorf("%s supports %s: %v, want %v", tc.scenario, tc.impl, got, tc.ok)
+		}
+		if !tc.ok {
+			if _, err := scenarios.Run(context.Background(), ss[0], scenarios.Config{Impl: tc.impl}); err == nil {
+				t.Errorf("%s ran on %s", tc.scenario, tc.impl)
+			}
+		}
+	}
+}
+
 // TestLimitersRunOnlyTheirAlgorithm: a rate limiter implementation runs only
 // the scenarios of the algorithms it implements, and no lock scenario; a lock
 // implementation runs no ratelimit scenario. Refused, never a fake PASS.
 func TestLimitersRunOnlyTheirAlgorithm(t *testing.T) {
-	for _, tc := range []struct {
-		scenario, impl string
-		ok             bool
-	}{
+	expectSupports(t, []supportCase{
 		{"ratelimit/bucket/baseline", "redis_rate", true},
 		{"ratelimit/fixed/baseline", "redis_rate", false},
 		{"ratelimit/sliding/baseline", "redis_rate", false},
@@ -526,17 +546,7 @@ func TestLimitersRunOnlyTheirAlgorithm(t *testing.T) {
 		{"fenced-lock/baseline", "redis_rate", false},
 		{"fenced-lock/baseline", "ulule", false},
 		{"hash-lease/baseline", "redis_rate", false},
-	} {
-		ss, _ := scenarios.Match([]string{tc.scenario})
-		if got := ss[0].Supports(tc.impl); got != tc.ok {
-			t.Errorf("%s supports %s: %v, want %v", tc.scenario, tc.impl, got, tc.ok)
-		}
-		if !tc.ok {
-			if _, err := scenarios.Run(context.Background(), ss[0], scenarios.Config{Impl: tc.impl}); err == nil {
-				t.Errorf("%s ran on %s", tc.scenario, tc.impl)
-			}
-		}
-	}
+	})
 	if err := scenarios.ValidImpl("redis_rate"); err != nil {
 		t.Error(err)
 	}

@@ -1,7 +1,6 @@
 package scenarios_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 
@@ -77,10 +76,7 @@ func TestSemaphoreScenarios(t *testing.T) {
 // rate limiter scenario. Refused, never a fake PASS.
 func TestSemaphoreImplsOnlyOnSemaphores(t *testing.T) {
 	scenarios.RegisterSemImpl(fakeSem{})
-	for _, tc := range []struct {
-		scenario, impl string
-		ok             bool
-	}{
+	expectSupports(t, []supportCase{
 		{"semaphore/baseline", "prim", true},
 		{"semaphore/baseline", "sem-mutant-for-this-test", true},
 		{"semaphore/baseline", "redislock", false},
@@ -88,17 +84,7 @@ func TestSemaphoreImplsOnlyOnSemaphores(t *testing.T) {
 		{"fenced-lock/baseline", "sem-mutant-for-this-test", false},
 		{"hash-lease/baseline", "sem-mutant-for-this-test", false},
 		{"ratelimit/fixed/baseline", "sem-mutant-for-this-test", false},
-	} {
-		ss, _ := scenarios.Match([]string{tc.scenario})
-		if got := ss[0].Supports(tc.impl); got != tc.ok {
-			t.Errorf("%s supports %s: %v, want %v", tc.scenario, tc.impl, got, tc.ok)
-		}
-		if !tc.ok {
-			if _, err := scenarios.Run(context.Background(), ss[0], scenarios.Config{Impl: tc.impl}); err == nil {
-				t.Errorf("%s ran on %s", tc.scenario, tc.impl)
-			}
-		}
-	}
+	})
 	if err := scenarios.ValidImpl("sem-mutant-for-this-test"); err != nil {
 		t.Error(err)
 	}
