@@ -51,11 +51,15 @@ type Coordinator struct {
 	logger  *slog.Logger
 	meter   metric.Meter
 	cleanup time.Duration
-	m       *metrics
-	fences  *fencePool
-	ws      *watchers
-	caps    *capRecord  // what each node can do; shared by prefixed views
-	retry   retryPolicy // the client's resend policy, for the resends prim makes itself
+	// window is how long a permit's background clean-up retries
+	// (WithCleanupWindow).
+	window time.Duration
+	bg     *cleanups // background clean-ups in progress; shared by views
+	m      *metrics
+	fences *fencePool
+	ws     *watchers
+	caps   *capRecord  // what each node can do; shared by prefixed views
+	retry  retryPolicy // the client's resend policy, for the resends prim makes itself
 	// limiters is the rate-limiter factory, made with the Coordinator (New)
 	// or the view (WithPrefix) and never changed; each view has its own.
 	limiters *RateLimiters
@@ -79,9 +83,24 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 // Close). Default 2s.
 func WithCleanupTimeout(d time.Duration) Option { return func(c *Coordinator) { c.cleanup = d } }
 
+// WithCleanupWindow sets how long a semaphore permit's background clean-up
+// (the owner-token release Close or a failed release leaves to the
+// background, the CLIENT KILL fence of an uncertain acquisition) keeps
+// retrying, with capped, jittered back-off, before it gives up, counts it
+// (prim.cleanup.abandoned) and logs a warning. Default: a minute. A service
+// that exits sooner than that after closing its permits can wait for the
+// clean-ups with WaitCleanups. d ≤ 0 keeps the default.
+func WithCleanupWindow(d time.Duration) Option {
+	return func(c *Coordinator) {
+		if d > 0 {
+			c.window = d
+		}
+	}
+}
+
 // New returns a Coordinator for client. It sends nothing.
 func New(client redis.UniversalClient, opts ...Option) *Coordinator {
-	c := &Coordinator{client: client, logger: slog.Default(), cleanup: 2 * time.Second}
+	c := &Coordinator{client: client, logger: slog.Default(), cleanup: 2 * time.Second, window: time.Minute, bg: &cleanups{}}
 	for _, o := range opts {
 		o(c)
 	}

@@ -283,7 +283,8 @@
 //     fails closed: keep it only to retry Release.
 //   - Close never fails and waits about a second at most; a release not
 //     confirmed by then is retried in the background with capped, jittered
-//     back-off (50ms doubling to 5s) for up to a minute.
+//     back-off (50ms doubling to 5s) for up to a minute (the clean-up
+//     window, WithCleanupWindow).
 //
 // An acquisition runs on a dedicated connection. When its outcome is uncertain
 // (its context ended, its reply was lost) it is never replayed nor returned as
@@ -298,7 +299,9 @@
 // Background clean-up that gives up increments prim.cleanup.abandoned
 // (attributes primitive, stage "fence" or "release", reason "no-permission",
 // "refused", "unreachable" or "error") and logs a warning through the
-// Coordinator's logger.
+// Coordinator's logger. A process that exits would lose the clean-ups still
+// in progress: at shutdown, after closing its permits, call WaitCleanups
+// (bounded by a context) so they finish, confirmed or given up and counted.
 //
 // Prefer a finite expiry. A permit without expiry has no server-side fallback:
 // if its holder crashes, or clean-up cannot reach the server within the

@@ -118,7 +118,7 @@ func (c *Coordinator) tryFenced(ctx context.Context, lk, ck string, ttl time.Dur
 			c.releaseUnreturned(lk, owner+":"+strconv.FormatInt(tok, 10), nil, fencedScripts)
 		}
 	}
-	r, cerr := bounded(ctx, run, late)
+	r, cerr := boundedOn(c.bg, ctx, run, late)
 	if cerr == nil && r.outcomeUnknown() {
 		cerr = r.err
 	}
@@ -153,7 +153,7 @@ func (c *Coordinator) tryFenced(ctx context.Context, lk, ck string, ttl time.Dur
 		// The reply came after the lease's whole duration: it may already be
 		// someone else's. Not returned; our entry is removed if still there.
 		c.m.add(ctx, c.m.acquire, "fenced-lock", "late")
-		go l.Close()
+		c.goCleanup(func() { _ = l.Close() })
 		return nil, 0, fmt.Errorf("%w: acquisition reply for %q arrived after the lease duration %v", ErrUncertain, lk, ttl)
 	}
 	l.start()

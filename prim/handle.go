@@ -317,7 +317,7 @@ func (h *handle) Renew(ctx context.Context, ttl time.Duration) (bool, error) {
 		h.settleUncertain(r.fc)
 		h.end()
 	}
-	r, cerr := bounded(ctx, func(ctx context.Context) renewResult {
+	r, cerr := boundedOn(h.c.bg, ctx, func(ctx context.Context) renewResult {
 		sent := time.Now()
 		fc, cmd, err := h.c.fences.runWith(ctx, h.key, func(ctx context.Context, fc *fenceConn) *redis.Cmd {
 			return h.renewOn(ctx, fc, ttl)
@@ -337,7 +337,7 @@ func (h *handle) Renew(ctx context.Context, ttl time.Duration) (bool, error) {
 		if r.fc != nil && uncertain(r.err) {
 			h.uncertain(ctx, "renew", r.err)
 			h.renewFailed()
-			go settle(r)
+			h.c.goCleanup(func() { settle(r) })
 			return false, fmt.Errorf("%w: renewing %q: %w", ErrUncertain, h.key, r.err)
 		}
 		// No connection (the renewal was never sent), or the server's answer.
@@ -493,7 +493,7 @@ func (h *handle) Release(ctx context.Context) (ReleaseResult, error) {
 	select {
 	case h.op <- struct{}{}:
 	case <-ctx.Done():
-		go func() {
+		h.c.goCleanup(func() {
 			h.op <- struct{}{}
 			defer h.end()
 			cctx, cancel := h.c.cleanupCtx()
@@ -501,7 +501,7 @@ func (h *handle) Release(ctx context.Context) (ReleaseResult, error) {
 			if _, err := h.releaseOnce(cctx); err != nil {
 				h.c.logger.Warn("prim: queued release failed; the lease expires server-side", "key", h.key, "err", err)
 			}
-		}()
+		})
 		return 0, fmt.Errorf("%w: %w", ErrReleasePending, ctx.Err())
 	}
 	o, cerr := bounded(ctx, func(ctx context.Context) releaseOutcome {

@@ -145,7 +145,7 @@ func (c *Coordinator) tryLease(ctx context.Context, hk, field string, ttl time.D
 		l.settleUncertain(a.fc)
 		l.end()
 	}
-	a, cerr := bounded(ctx, func(ctx context.Context) leaseAttempt {
+	a, cerr := boundedOn(c.bg, ctx, func(ctx context.Context) leaseAttempt {
 		fc, cmd, err := c.fences.run(ctx, hk, scriptHLeaseAcquire, []string{hk}, owner, ttl.Milliseconds(), field)
 		if err != nil {
 			return leaseAttempt{err: err}
@@ -155,7 +155,7 @@ func (c *Coordinator) tryLease(ctx context.Context, hk, field string, ttl time.D
 	}, settle)
 	if cerr == nil && a.err != nil && a.fc != nil && uncertain(a.err) {
 		cerr = a.err
-		go settle(a)
+		c.goCleanup(func() { settle(a) })
 	}
 	if cerr != nil {
 		c.m.add(ctx, c.m.uncertain, "hash-lease", "acquire")
@@ -172,7 +172,7 @@ func (c *Coordinator) tryLease(ctx context.Context, hk, field string, ttl time.D
 			// An error reply after the script may have written: release
 			// owner-checked (the script already removes a field it could not
 			// give an expiry).
-			go c.releaseUnreturned(hk, owner.(string), []any{field}, hashLeaseScripts)
+			c.goCleanup(func() { c.releaseUnreturned(hk, owner.(string), []any{field}, hashLeaseScripts) })
 		}
 		return nil, 0, fmt.Errorf("prim: acquire lease %q/%q: %w", hk, field, serverError(a.err))
 	}
@@ -184,7 +184,7 @@ func (c *Coordinator) tryLease(ctx context.Context, hk, field string, ttl time.D
 	case 1:
 		if l.RemainingEstimate() <= 0 {
 			c.m.add(ctx, c.m.acquire, "hash-lease", "late")
-			go l.Close()
+			c.goCleanup(func() { _ = l.Close() })
 			return nil, 0, fmt.Errorf("%w: lease reply for %q/%q arrived after the lease duration %v", ErrUncertain, hk, field, ttl)
 		}
 		l.start()

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -81,6 +82,12 @@ func scriptCmd(ctx context.Context, p processor, name, script string, resend boo
 // told the outcome is uncertain, late settles it. A context that can never end
 // costs no goroutine.
 func bounded[T any](ctx context.Context, f func(context.Context) T, late func(T)) (T, error) {
+	return boundedOn(nil, ctx, f, late)
+}
+
+// boundedOn is bounded whose late settlement, when there is one, counts as a
+// background clean-up of bg (WaitCleanups waits for it).
+func boundedOn[T any](bg *cleanups, ctx context.Context, f func(context.Context) T, late func(T)) (T, error) {
 	if ctx.Done() == nil {
 		return f(ctx), nil
 	}
@@ -99,7 +106,9 @@ func bounded[T any](ctx context.Context, f func(context.Context) T, late func(T)
 			return v, nil
 		default:
 		}
+		bg.add()
 		go func() {
+			defer bg.done()
 			v := <-ch
 			if late != nil {
 				late(v)
@@ -109,6 +118,76 @@ func bounded[T any](ctx context.Context, f func(context.Context) T, late func(T)
 		return zero, ctx.Err()
 	}
 }
+
+// cleanups counts the background clean-ups in progress of a Coordinator and
+// the views made from it (WaitCleanups). A nil *cleanups counts nothing.
+type cleanups struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed when n falls to 0; a new one when n leaves 0
+}
+
+func (b *cleanups) add() {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	if b.n == 0 {
+		b.idle = make(chan struct{})
+	}
+	b.n++
+	b.mu.Unlock()
+}
+
+func (b *cleanups) done() {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	b.n--
+	if b.n == 0 {
+		close(b.idle)
+	}
+	b.mu.Unlock()
+}
+
+// wait returns nil once no clean-up is in progress, or ctx's error.
+func (b *cleanups) wait(ctx context.Context) error {
+	for {
+		b.mu.Lock()
+		n, idle := b.n, b.idle
+		b.mu.Unlock()
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			return fmt.Errorf("prim: %d background clean-up(s) still in progress: %w", n, ctx.Err())
+		}
+	}
+}
+
+// goCleanup runs f in the background as one of c's clean-ups.
+func (c *Coordinator) goCleanup(f func()) {
+	c.bg.add()
+	go func() {
+		defer c.bg.done()
+		f()
+	}()
+}
+
+// WaitCleanups waits until the background clean-ups of this Coordinator and
+// of every view WithPrefix made from it have finished, each either confirmed
+// or given up (a semaphore permit's owner release retried for the clean-up
+// window, WithCleanupWindow; the fence and owner-checked release that follow
+// an uncertain outcome; a release queued behind another operation). It returns
+// nil when none is left, or an error wrapping ctx's once ctx ends first; the
+// clean-ups then go on. Call it at shutdown, after closing the handles and
+// before the process exits, so that a release Close left to the background
+// (a permit without expiry stays until one succeeds) is not lost with the
+// process. Close does not wait for them.
+func (c *Coordinator) WaitCleanups(ctx context.Context) error { return c.bg.wait(ctx) }
 
 // uncertain reports whether err leaves the outcome of a command sent at most
 // once (resends off, or a dedicated connection) unknown: anything but a reply

@@ -132,13 +132,13 @@ func (c *Coordinator) tryRW(ctx context.Context, key string, ttl time.Duration, 
 		}
 		c.releaseUnreturned(k, member, nil, rwScripts)
 	}
-	a, cerr := bounded(ctx, func(ctx context.Context) leaseAttempt {
+	a, cerr := boundedOn(c.bg, ctx, func(ctx context.Context) leaseAttempt {
 		res, err := evalScript(ctx, c.client, scriptRWAcquire, false, []string{k}, l.owner, ttl.Milliseconds()).Slice()
 		return leaseAttempt{res: res, err: err}
 	}, settle)
 	if cerr == nil && a.err != nil && uncertain(a.err) {
 		cerr = a.err
-		go settle(a)
+		c.goCleanup(func() { settle(a) })
 	}
 	if cerr != nil {
 		c.m.add(ctx, c.m.uncertain, kind, "acquire")
@@ -150,7 +150,7 @@ func (c *Coordinator) tryRW(ctx context.Context, key string, ttl time.Duration, 
 		c.m.add(ctx, c.m.acquire, kind, "error")
 		// An error reply part-way through the script can follow its writes
 		// (Lua does not roll them back): release owner-checked.
-		go c.releaseUnreturned(k, member, nil, rwScripts)
+		c.goCleanup(func() { c.releaseUnreturned(k, member, nil, rwScripts) })
 		return nil, fmt.Errorf("prim: acquire %s lease %q: %w", kind, k, serverError(a.err))
 	}
 	status, val, perr := parsePair(a.res)
@@ -161,7 +161,7 @@ func (c *Coordinator) tryRW(ctx context.Context, key string, ttl time.Duration, 
 	case 1:
 		if l.RemainingEstimate() <= 0 {
 			c.m.add(ctx, c.m.acquire, kind, "late")
-			go l.Close()
+			c.goCleanup(func() { _ = l.Close() })
 			return nil, fmt.Errorf("%w: %s lease reply for %q arrived after the lease duration %v", ErrUncertain, kind, k, ttl)
 		}
 		l.start()

@@ -11,8 +11,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/coordtorture/coordtorture/prim/internal/knobs"
 )
 
 var (
@@ -155,7 +153,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context, ttl time.Duration) (*Permit,
 	p := &Permit{noExpiry: ttl == NoExpiry}
 	sent := time.Now()
 	p.handle = newHandle(c, "semaphore", s.key, any("P:"+newOwnerToken()), nil, deadlineFor(sent, ttl), semaphoreScripts)
-	a, cerr := bounded(ctx, func(ctx context.Context) leaseAttempt {
+	a, cerr := boundedOn(c.bg, ctx, func(ctx context.Context) leaseAttempt {
 		fc, cmd, err := c.fences.run(ctx, s.key, scriptSemAcquire, []string{s.key}, p.owner, ttlArg(ttl), s.capacity)
 		if err != nil {
 			return leaseAttempt{err: err}
@@ -165,7 +163,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context, ttl time.Duration) (*Permit,
 	}, p.settleAcquisition)
 	if cerr == nil && a.err != nil && a.fc != nil && uncertain(a.err) {
 		cerr = a.err
-		go p.settleAcquisition(a)
+		c.goCleanup(func() { p.settleAcquisition(a) })
 	}
 	if cerr != nil {
 		c.m.add(ctx, c.m.uncertain, "semaphore", "acquire")
@@ -194,7 +192,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context, ttl time.Duration) (*Permit,
 	case 1:
 		if ttl != NoExpiry && p.RemainingEstimate() <= 0 {
 			c.m.add(ctx, c.m.acquire, "semaphore", "late")
-			go p.Close()
+			c.goCleanup(func() { _ = p.Close() })
 			return nil, fmt.Errorf("%w: permit reply for %q arrived after the permit duration %v", ErrUncertain, s.key, ttl)
 		}
 		p.start()
@@ -404,7 +402,7 @@ func (p *Permit) Release(ctx context.Context) (ReleaseResult, error) {
 // Close releases the permit best-effort. It never fails (it returns nil) and
 // waits about a second at most; if the release is not confirmed by then, it
 // goes on in the background with capped, jittered back-off for the clean-up
-// window (a minute), after which it gives up, counts it
+// window (a minute, WithCleanupWindow; WaitCleanups waits for it), after which it gives up, counts it
 // (prim.cleanup.abandoned) and logs a warning. It is idempotent.
 func (p *Permit) Close() error {
 	p.closeOnce.Do(func() {
@@ -459,11 +457,11 @@ func (p *Permit) releaseStep(ctx context.Context) error {
 // per permit.
 func (p *Permit) background() {
 	p.bgOnce.Do(func() {
-		go func() {
+		p.c.goCleanup(func() {
 			if err := p.c.retryCleanup(p.releaseStep); err != nil {
 				p.abandon("release", err)
 			}
-		}()
+		})
 	})
 }
 
@@ -490,21 +488,12 @@ func cleanupReason(err error) string {
 	return "error"
 }
 
-// cleanupWindow is how long background clean-up retries (knobs.CleanupWindow
-// for tests; a minute otherwise).
-func cleanupWindow() time.Duration {
-	if d := time.Duration(knobs.CleanupWindow.Load()); d > 0 {
-		return d
-	}
-	return time.Minute
-}
-
 // retryCleanup runs step, each attempt bounded to about a second, until it
 // succeeds or the clean-up window is over, pausing between attempts with
 // capped, jittered exponential back-off (50ms doubling to 5s, each pause
 // between half and all of it). It returns the last error, or nil.
 func (c *Coordinator) retryCleanup(step func(context.Context) error) error {
-	end := time.Now().Add(cleanupWindow())
+	end := time.Now().Add(c.window)
 	pause := 50 * time.Millisecond
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), semBound)

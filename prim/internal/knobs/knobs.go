@@ -64,15 +64,3 @@ func SetForceFallback(on bool) (restore func()) {
 	old := ForceFallback.Swap(on)
 	return func() { ForceFallback.Store(old) }
 }
-
-// CleanupWindow is how long background clean-up (a semaphore permit's owner
-// release, the CLIENT KILL fence of an uncertain acquisition) keeps retrying
-// before it gives up (nanoseconds; 0: one minute).
-var CleanupWindow atomic.Int64
-
-// SetCleanupWindow sets CleanupWindow and returns the function that restores
-// it.
-func SetCleanupWindow(d time.Duration) (restore func()) {
-	old := CleanupWindow.Swap(int64(d))
-	return func() { CleanupWindow.Store(old) }
-}

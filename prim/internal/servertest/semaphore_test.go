@@ -18,7 +18,6 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/coordtorture/coordtorture/prim"
-	"github.com/coordtorture/coordtorture/prim/internal/knobs"
 	"github.com/coordtorture/coordtorture/testbed"
 )
 
@@ -456,13 +455,12 @@ func aclUser(t *testing.T, e *env, deny ...string) (redis.UniversalClient, strin
 // counter (read with the OTel SDK's manual reader) says stage release, reason
 // no-permission; Release itself reports the refusal and fails closed.
 func TestSemaphoreAbandonedCleanupCounted(t *testing.T) {
-	defer knobs.SetCleanupWindow(1500 * time.Millisecond)()
 	forEachBuild(t, func(t *testing.T, e *env) {
 		ctx := ctxT(t, time.Minute)
 		c, _ := aclUser(t, e, "zrem")
 		reader := sdkmetric.NewManualReader()
 		co := prim.New(c, prim.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))),
-			prim.WithLogger(slog.New(slog.NewTextHandler(tlog{t}, nil))))
+			prim.WithLogger(slog.New(slog.NewTextHandler(tlog{t}, nil))), prim.WithCleanupWindow(1500*time.Millisecond))
 		key := e.k("sem")
 		t.Cleanup(func() { e.admin.Del(context.Background(), key) })
 		sem := co.Semaphore(key, 2)
@@ -490,13 +488,23 @@ func TestSemaphoreAbandonedCleanupCounted(t *testing.T) {
 		if d := time.Since(start); d > 3*time.Second {
 			t.Fatalf("Close took %v, want about a second at most", d)
 		}
+		// The background release retries for the window (1.5s): a wait
+		// shorter than that ends with the clean-up still in progress.
+		short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		err = co.WaitCleanups(short)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("WaitCleanups(200ms) during a 1.5s clean-up window: %v, want a deadline error", err)
+		}
+		long, cancel := context.WithTimeout(ctx, 15*time.Second)
+		defer cancel()
+		if err := co.WithPrefix("view:").WaitCleanups(long); err != nil {
+			t.Fatalf("WaitCleanups (through a view) after 15s, window 1.5s: %v", err)
+		}
 		want := map[string]string{"primitive": "semaphore", "stage": "release", "reason": "no-permission"}
-		deadline := time.Now().Add(15 * time.Second)
-		for counterSum(t, reader, "prim.cleanup.abandoned", want) != 1 {
-			if time.Now().After(deadline) {
-				t.Fatalf("abandoned counter %d after 15s (window 1.5s)", counterSum(t, reader, "prim.cleanup.abandoned", nil))
-			}
-			time.Sleep(50 * time.Millisecond)
+		if n := counterSum(t, reader, "prim.cleanup.abandoned", want); n != 1 {
+			t.Fatalf("abandoned counter (release, no-permission) %d once the clean-ups are over, want 1 (all: %d)",
+				n, counterSum(t, reader, "prim.cleanup.abandoned", nil))
 		}
 		if n, _ := livePermits(ctx, e.admin, key); n != 2 {
 			t.Fatalf("%d permits on the server, want both left (release refused)", n)
@@ -783,7 +791,6 @@ func TestSemaphoreCloseBlackHoledRetriesInBackground(t *testing.T) {
 // (without expiry) stays, as a delayed acquisition could otherwise recreate
 // it after the release.
 func TestSemaphoreUnfencedAcquisitionSendsNoRelease(t *testing.T) {
-	defer knobs.SetCleanupWindow(1500 * time.Millisecond)()
 	forEachBuild(t, func(t *testing.T, e *env) {
 		ctx := ctxT(t, time.Minute)
 		c, _ := aclUser(t, e, "client|kill")
@@ -796,7 +803,7 @@ func TestSemaphoreUnfencedAcquisitionSendsNoRelease(t *testing.T) {
 		c.AddHook(cut)
 		reader := sdkmetric.NewManualReader()
 		co := prim.New(c, prim.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))),
-			prim.WithLogger(slog.New(slog.NewTextHandler(tlog{t}, nil))))
+			prim.WithLogger(slog.New(slog.NewTextHandler(tlog{t}, nil))), prim.WithCleanupWindow(1500*time.Millisecond))
 		key := e.k("sem")
 		t.Cleanup(func() { e.admin.Del(context.Background(), key) })
 		sem := co.Semaphore(key, 2)
