@@ -86,9 +86,20 @@ func TestLeaks(t *testing.T) {
 	expect(t, CheckLeaks(base().ok(9, m(500), m(501), leakScan(0, "k")).build(t), Options{}), Fail)
 	// Too early: the second lease may live until 121 ms.
 	expect(t, CheckLeaks(base().ok(9, m(110), m(111), leakScan(1, "k")).build(t), Options{}), Unknown, "before every TTL")
-	// An entry without expiry that was never released.
-	noTTL := new(builder).ok(1, m(0), m(1), acq("k", 1, 0)).ok(9, m(500), m(501), leakScan(1, "k"))
+	// An entry without expiry whose release has an unknown outcome: it may
+	// still be what the scan found.
+	noTTL := new(builder).ok(1, m(0), m(1), acq("k", 1, 0)).info(1, m(10), -1, rel("k")).ok(9, m(500), m(501), leakScan(1, "k"))
 	expect(t, CheckLeaks(noTTL.build(t), Options{}), Unknown, "no expiry")
+	// An entry without expiry never released (its holder crashed) is kept
+	// by design and not listed by the scan: what the scan found is a leak,
+	// and a clean scan passes.
+	crashed := new(builder).ok(1, m(0), m(1), acq("k", 1, 0))
+	expect(t, CheckLeaks(crashed.ok(9, m(500), m(501), leakScan(1, "k other")).build(t), Options{}), Fail, "leak")
+	crashed = new(builder).ok(1, m(0), m(1), acq("k", 1, 0))
+	expect(t, CheckLeaks(crashed.ok(9, m(500), m(501), leakScan(0, "")).build(t), Options{}), Pass)
+	// Released ("released" answered) and still there: a leak.
+	survived := new(builder).ok(1, m(0), m(1), acq("k", 1, 0)).ok(1, m(10), m(11), rel("k")).ok(9, m(500), m(501), leakScan(1, "k"))
+	expect(t, CheckLeaks(survived.build(t), Options{}), Fail, "leak")
 	// An acquisition that never completed may still take effect.
 	pending := base().info(3, m(30), -1, acq("k", 0, 100)).ok(9, m(500), m(501), leakScan(1, "k"))
 	expect(t, CheckLeaks(pending.build(t), Options{}), Unknown)

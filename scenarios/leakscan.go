@@ -86,9 +86,10 @@ func leakScanAt(h *history.History, healed time.Duration, ttl, drift time.Durati
 // operation of process proc: count is the number of entries (keys, or the
 // fields of a hash), value lists them ("key" or "key field", with the key's
 // PTTL). Keys and fields are read one by one, so a logically expired one is
-// never counted, whatever the server's active expiry. A scan that cannot
-// read a server is info.
-func (e *Env) scanLeaks(ctx context.Context, proc int, key string) {
+// never counted, whatever the server's active expiry. Semaphore permits
+// whose owner is in kept (crashed holders' permits without expiry,
+// keptOwners) are not counted. A scan that cannot read a server is info.
+func (e *Env) scanLeaks(ctx context.Context, proc int, key string, kept map[string]bool) {
 	if _, err := e.Rec.Invoke(proc, history.Op{F: history.FLeakScan, Key: key}); err != nil {
 		return
 	}
@@ -116,7 +117,7 @@ func (e *Env) scanLeaks(ctx context.Context, proc int, key string) {
 				if strings.HasSuffix(k, ":fence") {
 					continue
 				}
-				entries, err := leftOf(ctx, a, k)
+				entries, err := leftOf(ctx, a, k, kept)
 				if err != nil {
 					return fmt.Errorf("%s: %s: %w", n.Name, k, err)
 				}
@@ -137,7 +138,7 @@ func (e *Env) scanLeaks(ctx context.Context, proc int, key string) {
 // leftOf lists what remains of key: the key itself with its PTTL, or for a
 // hash each field still there, with its HPTTL when the server has field
 // expiry, or for a sorted set (a read-write key) each owner still in it.
-func leftOf(ctx context.Context, a *redis.Client, key string) ([]string, error) {
+func leftOf(ctx context.Context, a *redis.Client, key string, kept map[string]bool) ([]string, error) {
 	pttl, err := a.Do(ctx, "PTTL", key).Int64()
 	if err != nil || pttl == -2 {
 		return nil, err // gone (expired, released)
@@ -147,7 +148,7 @@ func leftOf(ctx context.Context, a *redis.Client, key string) ([]string, error) 
 		return nil, err
 	}
 	if typ == "zset" && strings.Contains(key, semKey) {
-		return permitsLeft(ctx, a, key, pttl)
+		return permitsLeft(ctx, a, key, pttl, kept)
 	}
 	if typ == "zset" {
 		// A read-write key: each owner still in the set, with its deadline.

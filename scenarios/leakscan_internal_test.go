@@ -45,7 +45,7 @@ func TestLeakScanCatchesAHandMadeLeak(t *testing.T) {
 		env.Rec.Invoke(0, history.Op{F: history.FAcquire, Key: key, TTLMs: 100})
 		env.Rec.OK(0, history.Op{Token: 1, Owner: "A", TTLMs: 100})
 		time.Sleep(250 * time.Millisecond)
-		env.scanLeaks(ctx, 1, key)
+		env.scanLeaks(ctx, 1, key, nil)
 		r := models.CheckLeaks(env.Rec.History(), models.Options{Drift: 20 * time.Millisecond})
 		t.Logf("%s: %s", key, r.String())
 		return r

@@ -454,10 +454,6 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	}
 	wg.Wait()
 	env.closeCoordinators()
-	var counters map[string]int64
-	if c, ok := sem.(SemCounters); ok {
-		counters = c.Counters()
-	}
 	if c, ok := sem.(interface{ close() }); ok {
 		defer c.close()
 	}
@@ -467,6 +463,19 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 		for _, n := range append(append(topo.Nodes(), topo.Sentinels()...), topo.Aux()...) {
 			_ = topo.Resume(n.Name)
 		}
+	}
+	var counters map[string]int64
+	if c, ok := sem.(SemCounters); ok {
+		// The implementation's background clean-ups end (confirmed or given
+		// up) before its counters are read, so the run counts them all.
+		if w, ok := sem.(interface{ waitCleanups(context.Context) error }); ok {
+			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			if err := w.waitCleanups(wctx); err != nil {
+				env.Log.Warn("coordtorture: background clean-ups still running when the counters were read", "err", err)
+			}
+			cancel()
+		}
+		counters = c.Counters()
 	}
 	// The leak step: once every lease of the run could have expired, read
 	// the servers for what is left of them (a leak_scan the leaks checker
@@ -478,7 +487,7 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 		if leakNA = s.leakScanNA(env, h); leakNA == "" {
 			sleep(ctx, time.Until(start.Add(leakScanAt(h, healed, cfg.TTL, s.Check.Drift))))
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			env.scanLeaks(sctx, nemesisProc+2, key) // +1 is the sampler
+			env.scanLeaks(sctx, nemesisProc+2, key, keptOwners(h)) // +1 is the sampler
 			cancel()
 		}
 	}

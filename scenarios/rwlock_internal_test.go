@@ -52,7 +52,7 @@ func TestLeakScanCatchesAnRWLeak(t *testing.T) {
 			t.Fatalf("the leak scan does not apply after a read lease: %s", na)
 		}
 		time.Sleep(250 * time.Millisecond)
-		env.scanLeaks(ctx, 1, s.leakKey())
+		env.scanLeaks(ctx, 1, s.leakKey(), nil)
 		r := models.CheckLeaks(env.Rec.History(), models.Options{Drift: 20 * time.Millisecond})
 		t.Logf("%s", r.String())
 		return r

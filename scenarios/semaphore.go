@@ -96,7 +96,13 @@ func semWorkload(stall float64, stallFor func(ttl time.Duration) time.Duration, 
 			if renews && !stalls && !forever {
 				env.renewVerify(ctx, proc, p, history.Op{Key: semKey, Owner: p.Owner()})
 			}
-			env.release(ctx, proc, history.Op{Key: semKey, Owner: p.Owner()}, p.Release)
+			if !env.release(ctx, proc, history.Op{Key: semKey, Owner: p.Owner()}, p.Release) {
+				// As a service does after a release that failed: Close
+				// releases best-effort, then in the background.
+				if c, ok := p.(interface{ Close() error }); ok {
+					_ = c.Close()
+				}
+			}
 			sleep(ctx, pause)
 		}
 	}
@@ -144,13 +150,13 @@ func init() {
 			"renew and verify some, and release them. Never more than %d live permits; nothing left after the TTLs.", semCapacity, semCapacity),
 		Topo: standalone, Properties: semProps(false)})
 	semScenario(&Scenario{Name: "partition-client",
-		Summary: "one client at a time is cut off (silently) from the server and healed: acquisitions, renewals and " +
-			"releases time out (unknown outcome; prim fences an uncertain acquisition and releases it by its owner " +
-			"token). Never more than capacity.",
+		Summary: "one client at a time is cut off (silently) from the server for 3s and healed: acquisitions, renewals " +
+			"and releases time out (unknown outcome; prim fences an uncertain acquisition and releases it by its owner " +
+			"token; a failed release is followed by Close). A release's second, Close's second and the clean-up window " +
+			"(0.5s in a run) fit in a cut, so some background clean-ups give up: the run reports them " +
+			"(prim.cleanup.abandoned). Never more than capacity.",
 		Topo: standalone, Properties: semProps(false),
-		Nemesis: func(r *rand.Rand, d time.Duration) []Event {
-			return partitionClients(r, d, 1500*time.Millisecond, 700*time.Millisecond)
-		}})
+		Nemesis: semPartitionClients})
 	semScenario(&Scenario{Name: "pause-client",
 		Summary: "holders stop for 1.5× the TTL while they hold a permit (a GC pause): the permit expires and another " +
 			"process takes it. The paused holder stops using a permit whose lease may have run out (it only releases " +
@@ -188,6 +194,37 @@ func init() {
 	semScenario(&Scenario{Name: "baseline-cluster",
 		Summary: "on a 3-primary cluster (cluster clients; the semaphore on its slot's owner). Never more than capacity.",
 		Topo:    clusterTopo, Properties: semProps(false)})
+}
+
+// semPartitionClients cuts one random client off from n1 for 3s, from 0.5s
+// in and then after 1–1.5s healed each time: long enough for a release cut
+// at its start to fail (its second), Close to fail (its second) and the
+// background clean-up to give up (semCleanupWindow).
+func semPartitionClients(r *rand.Rand, d time.Duration) []Event {
+	const hold = 3 * time.Second
+	var evs []Event
+	for at := 500 * time.Millisecond; at+hold < d; at += hold + time.Second + time.Duration(r.Int64N(int64(time.Second/2))) {
+		evs = append(evs,
+			Event{At: at, Name: "partition a client", Kind: models.NemesisFault, Do: func(_ context.Context, e *Env) error {
+				c := Peer(r.IntN(len(e.Clients)))
+				e.Note("%s cut from n1", c)
+				return e.Topo.Partition(c, "n1")
+			}},
+			Event{At: at + hold, Name: "heal partition a client", Kind: models.NemesisHeal, Do: func(ctx context.Context, e *Env) error {
+				return healAll(ctx, e, r)
+			}})
+	}
+	return evs
+}
+
+// keptOwners are the owners of crashedPermits: the permits the leak scan
+// does not count.
+func keptOwners(h *history.History) map[string]bool {
+	kept := map[string]bool{}
+	for _, op := range crashedPermits(h) {
+		kept[op.Owner] = true
+	}
+	return kept
 }
 
 // crashedPermits are the permits without expiry the history shows acquired
@@ -277,10 +314,13 @@ func semPrimary(ctx context.Context, env *Env) (*redis.Client, error) {
 // permitsLeft lists the live permits of the semaphore key (a sorted set of
 // permits scored with their server-time deadlines, and the capacity member
 // scored -1): each permit whose deadline is still ahead of the server's
-// clock, with its deadline. Permits without expiry (+inf) are not listed:
-// only a release ends them, by design, so what a crashed holder left that
-// way is no leak (the no-expiry-crash scenario checks that it stays).
-func permitsLeft(ctx context.Context, a *redis.Client, key string, pttl int64) ([]string, error) {
+// clock, with its deadline, and each permit without expiry (+inf) but those
+// in kept. kept holds the owners of the permits without expiry whose holder
+// crashed (no release invoked): only a release ends such a permit, by design,
+// so what a crashed holder left is no leak (the no-expiry-crash scenario
+// checks that it stays); a permit without expiry left after a release was
+// invoked is one.
+func permitsLeft(ctx context.Context, a *redis.Client, key string, pttl int64, kept map[string]bool) ([]string, error) {
 	now, err := a.Time(ctx).Result()
 	if err != nil {
 		return nil, err
@@ -292,10 +332,13 @@ func permitsLeft(ctx context.Context, a *redis.Client, key string, pttl int64) (
 	var out []string
 	for _, z := range zs {
 		m, _ := z.Member.(string)
-		if !strings.HasPrefix(m, "P:") || math.IsInf(z.Score, 1) {
-			continue
+		switch {
+		case !strings.HasPrefix(m, "P:") || kept[m]:
+		case math.IsInf(z.Score, 1):
+			out = append(out, fmt.Sprintf("%s %s (without expiry, key pttl %d ms)", key, m, pttl))
+		default:
+			out = append(out, fmt.Sprintf("%s %s (deadline in %d ms, key pttl %d ms)", key, m, int64(z.Score)-now.UnixMilli(), pttl))
 		}
-		out = append(out, fmt.Sprintf("%s %s (deadline in %d ms, key pttl %d ms)", key, m, int64(z.Score)-now.UnixMilli(), pttl))
 	}
 	return out, nil
 }

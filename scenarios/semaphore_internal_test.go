@@ -15,12 +15,14 @@ import (
 
 // TestLeakScanSemaphore: prim's permits end with their deadline, so no
 // mutant of it leaves one past every TTL; the semaphore's leak step is shown
-// on a real server holding a hand-made semaphore instead: beside the leak (a
-// permit whose deadline is a minute away, after a run whose TTLs are 100ms)
-// it holds what is no leak (the capacity member, an expired permit not yet
-// pruned, a permit without expiry, which only a release ends). The scan
-// finds exactly the leak and the leaks checker FAILs on it, and PASSes once
-// it is gone, the permit without expiry still there.
+// on a real server holding a hand-made semaphore instead: beside the leaks (a
+// permit whose deadline is a minute away, after a run whose TTLs are 100ms,
+// and a permit without expiry whose release was invoked but which is still
+// there) it holds what is no leak (the capacity member, an expired permit not
+// yet pruned, the permit without expiry of a crashed holder, which only a
+// release ends). The scan finds exactly the two leaks and the leaks checker
+// FAILs on them, and PASSes once they are gone, the crashed holder's permit
+// still there.
 func TestLeakScanSemaphore(t *testing.T) {
 	b := testbed.DefaultBuild
 	if m := testbed.Matrix(); len(m) == 1 {
@@ -39,11 +41,19 @@ func TestLeakScanSemaphore(t *testing.T) {
 	scan := func() models.Result {
 		t.Helper()
 		env := &Env{Topo: topo, Rec: history.NewRecorder(time.Now())}
-		// One permit of 100ms, acquired and never released.
+		// One permit of 100ms, acquired and never released; two without
+		// expiry: one whose holder crashed (no release), one whose release
+		// was answered "released" and which survived it.
 		env.Rec.Invoke(0, history.Op{F: history.FSemAcquire, Key: semKey, TTLMs: 100, Capacity: 3, N: 1})
 		env.Rec.OK(0, history.Op{Owner: "P:a", TTLMs: 100})
+		env.Rec.Invoke(2, history.Op{F: history.FSemAcquire, Key: semKey, Capacity: 3, N: 1})
+		env.Rec.OK(2, history.Op{Owner: "P:forever"})
+		env.Rec.Invoke(3, history.Op{F: history.FSemAcquire, Key: semKey, Capacity: 3, N: 1})
+		env.Rec.OK(3, history.Op{Owner: "P:released-forever"})
+		env.Rec.Invoke(3, history.Op{F: history.FRelease, Key: semKey, Owner: "P:released-forever"})
+		env.Rec.OK(3, history.Op{Value: history.ValueReleased})
 		time.Sleep(250 * time.Millisecond)
-		env.scanLeaks(ctx, 1, semKey)
+		env.scanLeaks(ctx, 1, semKey, keptOwners(env.Rec.History()))
 		r := models.CheckLeaks(env.Rec.History(), models.Options{Drift: 20 * time.Millisecond})
 		t.Logf("%s", r.String())
 		return r
@@ -56,18 +66,23 @@ func TestLeakScanSemaphore(t *testing.T) {
 		redis.Z{Score: ms - 1000, Member: "P:expired"}, // expired, not pruned yet
 		redis.Z{Score: ms + 60000, Member: "P:leak"},   // the leak: outlives every TTL
 	).Err())
-	must(a.Do(ctx, "ZADD", semKey, "+inf", "P:forever").Err()) // without expiry: by design
+	must(a.Do(ctx, "ZADD", semKey, "+inf", "P:forever").Err())          // a crashed holder's: by design
+	must(a.Do(ctx, "ZADD", semKey, "+inf", "P:released-forever").Err()) // released: a leak
 	r := scan()
-	if r.Verdict != models.Fail || r.Violations != 1 || !strings.Contains(r.Summary, "1 entry:") || !strings.Contains(r.Summary, "P:leak") {
-		t.Fatalf("the permit outliving every TTL is not reported as the one leak: %s", r.String())
+	if r.Verdict != models.Fail || !strings.Contains(r.Summary, "2 entries:") || !strings.Contains(r.Summary, "P:leak") ||
+		!strings.Contains(r.Summary, "P:released-forever (without expiry") {
+		t.Fatalf("the permit outliving every TTL and the released permit without expiry are not reported as the two leaks: %s", r.String())
 	}
-	for _, not := range []string{"C:3", "P:expired", "P:forever"} {
+	for _, not := range []string{"C:3", "P:expired", "P:forever "} {
 		if strings.Contains(r.Summary, not) {
 			t.Fatalf("the scan reports %s, which is no leak: %s", not, r.Summary)
 		}
 	}
-	must(a.ZRem(ctx, semKey, "P:leak").Err())
+	must(a.ZRem(ctx, semKey, "P:leak", "P:released-forever").Err())
 	if r := scan(); r.Verdict != models.Pass {
 		t.Fatalf("no leak left, but %s", r.String())
+	}
+	if n, err := a.ZScore(ctx, semKey, "P:forever").Result(); err != nil || n < 1e300 {
+		t.Fatalf("the crashed holder's permit: %v, %v", n, err)
 	}
 }

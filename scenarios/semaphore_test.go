@@ -40,6 +40,9 @@ func TestSemaphoreScenarios(t *testing.T) {
 				t.Fatalf("%s: no prim.cleanup.abandoned count in the outcome: %v", s.Name, out.Counters)
 			}
 			t.Logf("counters %v", out.Counters)
+			if s.Name == "semaphore/partition-client" {
+				requireAbandoned(t, out)
+			}
 			for _, r := range out.Results {
 				switch {
 				case r.Verdict == scenarios.Pass:
@@ -93,3 +96,22 @@ func TestSemaphoreImplsOnlyOnSemaphores(t *testing.T) {
 type fakeSem struct{ scenarios.SemImpl }
 
 func (fakeSem) Name() string { return "sem-mutant-for-this-test" }
+
+// requireAbandoned: semaphore/partition-client's cuts outlast a release's
+// bound, Close's and the run's clean-up window, so some background clean-up
+// gives up and the run counts it (prim.cleanup.abandoned > 0) — the counter
+// can be non-zero, and a run reports it. Whether a release falls early
+// enough in a cut depends on the seed: up to two more seeds are tried.
+func requireAbandoned(t *testing.T, out *scenarios.Outcome) {
+	t.Helper()
+	for seed := int64(2); out.Counters["prim.cleanup.abandoned"] == 0; seed++ {
+		if seed > 3 {
+			t.Fatalf("semaphore/partition-client: no background clean-up gave up at seeds 1–3: %v", out.Counters)
+		}
+		out = run(t, "semaphore/partition-client", "prim", seed)
+		if out.Verdict == scenarios.Fail || out.Verdict == scenarios.Unknown {
+			t.Fatalf("semaphore/partition-client seed %d: %s %s", seed, out.Verdict, out.Error)
+		}
+	}
+	t.Logf("abandoned clean-ups counted: %v", out.Counters)
+}

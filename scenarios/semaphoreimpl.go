@@ -134,7 +134,12 @@ func (p *primSems) coordinator(c redis.UniversalClient) *prim.Coordinator {
 	}
 	co := p.coords[c]
 	if co == nil {
-		opts := []prim.Option{prim.WithMeterProvider(p.mp)}
+		// The clean-up window is half a second, not prim's minute: a run
+		// lasts seconds, and a background clean-up retried for a minute
+		// would outlast it, so its giving up could never be counted in the
+		// run (semaphore/partition-client's cuts outlast a release's bound,
+		// Close's and this window together, so some clean-ups give up).
+		opts := []prim.Option{prim.WithMeterProvider(p.mp), prim.WithCleanupWindow(semCleanupWindow)}
 		if p.log != nil {
 			opts = append(opts, prim.WithLogger(p.log))
 		}
@@ -179,6 +184,24 @@ func (p *primSems) Counters() map[string]int64 {
 	return out
 }
 
+// waitCleanups waits, bounded by ctx, for the background clean-ups of the
+// run's coordinators to finish (confirmed or given up), so the counters read
+// next include every clean-up the run started.
+func (p *primSems) waitCleanups(ctx context.Context) error {
+	p.mu.Lock()
+	coords := make([]*prim.Coordinator, 0, len(p.coords))
+	for _, co := range p.coords {
+		coords = append(coords, co)
+	}
+	p.mu.Unlock()
+	for _, co := range coords {
+		if err := co.WaitCleanups(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // close closes the run's coordinators.
 func (p *primSems) close() {
 	p.mu.Lock()
@@ -189,6 +212,10 @@ func (p *primSems) close() {
 	_ = p.mp.Shutdown(context.Background())
 }
 
+// semCleanupWindow is the clean-up window of prim's semaphores in a run
+// (prim.WithCleanupWindow; prim's default is a minute).
+const semCleanupWindow = 500 * time.Millisecond
+
 type primPermit struct{ p *prim.Permit }
 
 func (h primPermit) Owner() string { return h.p.OwnerToken() }
@@ -196,6 +223,11 @@ func (h primPermit) Renew(ctx context.Context, ttl time.Duration) (bool, error) 
 	return h.p.Renew(ctx, ttl)
 }
 func (h primPermit) Verify(ctx context.Context) (bool, error) { return h.p.VerifyStillHeld(ctx) }
+
+// Close releases the permit best-effort (a second at most, then in the
+// background for the clean-up window), as a service does after a release
+// that failed.
+func (h primPermit) Close() error { return h.p.Close() }
 func (h primPermit) Release(ctx context.Context) (string, error) {
 	return primRelease(ctx, h.p.Release)
 }
