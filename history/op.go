@@ -149,6 +149,9 @@ type Op struct {
 	Rate int64 `json:"rate,omitempty"`
 	// PeriodMs is the refill period of a token bucket limiter, in ms.
 	PeriodMs int64 `json:"period_ms,omitempty"`
+	// Explains lists, on a nemesis effect record, the violation kinds the
+	// proven effect can explain, comma-separated (empty: any).
+	Explains string `json:"explains,omitempty"`
 	// T is the time of the record in nanoseconds on the recorder's monotonic
 	// clock; non-negative and non-decreasing through a history.
 	T int64 `json:"t"`

@@ -1,6 +1,11 @@
 package models
 
-import "github.com/coordtorture/coordtorture/history"
+import (
+	"slices"
+	"strings"
+
+	"github.com/coordtorture/coordtorture/history"
+)
 
 // NemesisEffect marks a nemesis operation that is not a fault but the
 // harness's proof that an earlier one had the effect its hazard needs: a
@@ -15,9 +20,29 @@ const NemesisEffect = "effect"
 // it as lost.
 const NemesisEffectOngoing = "effect-ongoing"
 
-// IsEffect reports whether a nemesis operation's key marks a proof of an
-// effect (an observation, not a fault).
-func IsEffect(key string) bool { return key == NemesisEffect || key == NemesisEffectOngoing }
+// NemesisEffectEnd marks the observation that the loss of the latest ongoing
+// effect before it ended: the deposed primary was seen demoted. From then on
+// that effect explains nothing new; without one, OngoingFor bounds it.
+const NemesisEffectEnd = "effect-end"
+
+// IsEffect reports whether a nemesis operation's key marks an observation
+// of an effect (its proof, or the end of its loss), not a fault.
+func IsEffect(key string) bool {
+	return key == NemesisEffect || key == NemesisEffectOngoing || key == NemesisEffectEnd
+}
+
+// TokenLossKinds are the violation kinds a lost fencing counter (or lost
+// increments of it) explains: a token granted twice or out of order, and a
+// token the resource then accepts from two owners.
+var TokenLossKinds = []string{KindTokenDuplicate, KindTokenRegressed, KindNotLinearizable, KindTokenReused}
+
+// LeaseLossKinds are the violation kinds a lost or early-expired lease,
+// permit, owner entry or window explains (an evicted lease key, a server
+// clock moved ahead): two holders at once, more permits than the capacity,
+// an owner answered as another's or denied its own, a waiter left waiting,
+// an entry left behind, more granted than a window allows. Not the tokens:
+// a clock or a lease eviction leaves the counter alone.
+var LeaseLossKinds = []string{KindOverlap, KindOverCapacity, KindOwnerConflict, KindWronglyDenied, KindStuckWaiter, KindLeak, KindOverLimit}
 
 // Effect is one proven fault effect of a history.
 type Effect struct {
@@ -29,9 +54,34 @@ type Effect struct {
 	At int64
 	// What says what was observed.
 	What string
-	// Ongoing: the loss may go on after At (NemesisEffectOngoing), for up
-	// to OngoingFor.
+	// Ongoing: the loss may go on after At (NemesisEffectOngoing), until
+	// End when its end was observed, else for up to OngoingFor.
 	Ongoing bool
+	// End is when the end of an ongoing loss was observed (the deposed
+	// primary demoted: NemesisEffectEnd), or 0 when it was not.
+	End int64
+	// Kinds are the violation kinds the effect can explain (the history's
+	// "explains"); nil: any (a lost dataset, a failover: every write may be
+	// lost).
+	Kinds []string
+}
+
+// Explains reports whether the effect can explain a violation of kind.
+func (ef Effect) Explains(kind string) bool {
+	return ef.Kinds == nil || slices.Contains(ef.Kinds, kind)
+}
+
+// Until is the last instant state made can still be lost to the effect: At,
+// or for an ongoing loss its observed End (at least At), else At +
+// OngoingFor.
+func (ef Effect) Until() int64 {
+	if !ef.Ongoing {
+		return ef.At
+	}
+	if ef.End > 0 {
+		return max(ef.At, ef.End)
+	}
+	return addSat(ef.At, int64(OngoingFor))
 }
 
 // Effects lists the proven fault effects of h in time order. A hazard (a
@@ -51,7 +101,19 @@ func Effects(h *history.History) []Effect {
 			if f < 0 {
 				f = op.T
 			}
-			out = append(out, Effect{From: f, At: op.T, What: op.Value, Ongoing: op.Key == NemesisEffectOngoing})
+			ef := Effect{From: f, At: op.T, What: op.Value, Ongoing: op.Key == NemesisEffectOngoing}
+			if op.Explains != "" {
+				ef.Kinds = strings.Split(op.Explains, ",")
+			}
+			out = append(out, ef)
+		case NemesisEffectEnd:
+			// Ends the latest ongoing effect still open.
+			for i := len(out) - 1; i >= 0; i-- {
+				if out[i].Ongoing && out[i].End == 0 {
+					out[i].End = op.T
+					break
+				}
+			}
 		case NemesisHeal:
 		default:
 			from = op.T

@@ -1,6 +1,7 @@
 package models
 
 import (
+	"reflect"
 	"testing"
 
 	"github.com/coordtorture/coordtorture/history"
@@ -18,8 +19,31 @@ func TestEffects(t *testing.T) {
 	b.ok(9, m(951), m(951), nem(NemesisEffect, "offset lost"))
 	got := Effects(b.build(t))
 	want := []Effect{{From: m(100), At: m(451), What: "dataset lost"}, {From: m(900), At: m(951), What: "offset lost"}}
-	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("Effects = %+v, want %+v", got, want)
+	}
+	// An ongoing effect ends where the history observed its end (the
+	// deposed primary demoted), and carries the kinds it explains.
+	b = new(builder)
+	b.ok(9, m(100), m(110), nem(NemesisEvent, "failover"))
+	ongoing := nem(NemesisEffectOngoing, "writes lost")
+	b.ok(9, m(120), m(120), ongoing)
+	b.ok(9, m(150), m(150), nem(NemesisFault, "cut a client"))
+	b.ok(9, m(400), m(400), nem(NemesisEffectEnd, "n1 demoted"))
+	evicted := nem(NemesisEffect, "lease evicted")
+	evicted.Explains = KindOverlap + "," + KindOwnerConflict
+	b.ok(9, m(500), m(500), evicted)
+	got = Effects(b.build(t))
+	want = []Effect{{From: m(100), At: m(120), What: "writes lost", Ongoing: true, End: m(400)},
+		{From: m(150), At: m(500), What: "lease evicted", Kinds: []string{KindOverlap, KindOwnerConflict}}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("Effects = %+v, want %+v", got, want)
+	}
+	if got[0].Until() != m(400) || !got[0].Explains(KindTokenRegressed) || got[1].Explains(KindTokenRegressed) || !got[1].Explains(KindOverlap) {
+		t.Fatalf("Until %v, Explains wrong: %+v", got[0].Until(), got)
+	}
+	if u := (Effect{At: m(10), Ongoing: true}).Until(); u != m(10)+int64(OngoingFor) {
+		t.Fatalf("an ongoing effect without an observed end reaches %v", u)
 	}
 	if len(Effects(new(builder).build(t))) != 0 {
 		t.Fatal("effects in an empty history")

@@ -172,14 +172,15 @@ const OngoingFor = 15 * time.Second
 // Judge decides property p's verdict from its checker's result r and the
 // history's proven fault effects (Effects, in time order): PASS or UNKNOWN as
 // the checker said, and for a violation HAZARD when p may show the hazard,
-// every violation is of a hazard kind, none was complete before the first
-// proven effect's fault began, and, for a checker that reports where its
-// violations lie (Result.Reaches: rate limits, overlaps, over-capacity),
-// each run of them lies within one effect's reach (state made before the
-// effect was observed, or OngoingFor after it for an ongoing loss; spans
-// that can end after its fault began and that start within the horizon
-// after that); FAIL otherwise, also when no fault was seen to have an
-// effect. For a violation it marks the hazard evidence, puts
+// every violation is of a hazard kind that a proven effect can explain
+// (Effect.Kinds: an evicted lease explains overlaps, not token regressions),
+// none was complete before the first such effect's fault began, and, for a
+// checker that reports where its violations lie (Result.Reaches: rate
+// limits, overlaps, over-capacity, latches), each run of them lies within
+// one such effect's reach (state made before the loss ended, Effect.Until;
+// spans that can end after its fault began and that start within the
+// horizon after that); FAIL otherwise, also when no fault was seen to have
+// an effect. For a violation it marks the hazard evidence, puts
 // the failures' evidence first and says in the summary how the violations
 // split. Scenario runs and fencecheck decide with it, so they agree.
 func Judge(p Property, r *Result, effects []Effect) Judgement {
@@ -194,32 +195,34 @@ func Judge(p Property, r *Result, effects []Effect) Judgement {
 
 func judgeViolations(p Property, r *Result, effects []Effect) Judgement {
 	hz := p.HazardKinds()
-	faultStart := int64(-1)
-	for _, ef := range effects {
-		if faultStart < 0 || ef.From < faultStart {
-			faultStart = ef.From
+	// faultStart is when the earliest fault with a proven effect that can
+	// explain kind began (-1: none).
+	faultStart := func(kind string) int64 {
+		fs := int64(-1)
+		for _, ef := range effects {
+			if ef.Explains(kind) && (fs < 0 || ef.From < fs) {
+				fs = ef.From
+			}
 		}
+		return fs
 	}
 	// inReach: every run of the kind's violations (Result.Reaches) lies
-	// within one effect's reach: spans that can end after its fault began,
-	// on state made (a key granted, a lease or permit held) before the effect
-	// was observed (OngoingFor after it, for an ongoing loss such as a
-	// failover) and starting no later than the horizon after that.
+	// within the reach of one effect that can explain the kind: spans that
+	// can end after its fault began, on state made (a key granted, a lease
+	// or permit held) before the loss ended (Effect.Until: when the effect
+	// was observed, or for an ongoing loss such as a failover when the
+	// deposed primary was seen demoted, else OngoingFor after) and starting
+	// no later than the horizon after that.
 	inReach := func(kind string) bool {
 		for _, x := range r.Reaches {
 			if x.Kind != kind {
 				continue
 			}
 			if !slices.ContainsFunc(effects, func(ef Effect) bool {
-				if addSat(x.First, x.Len) < ef.From {
-					return false // complete before the fault began
+				if !ef.Explains(kind) || addSat(x.First, x.Len) < ef.From {
+					return false // another kind's effect, or complete before the fault began
 				}
-				// An ongoing loss (a failover) may strike state made after
-				// it was observed, for up to OngoingFor.
-				at := ef.At
-				if ef.Ongoing {
-					at = addSat(at, int64(OngoingFor))
-				}
+				at := ef.Until()
 				return x.Since < at && x.Last <= addSat(at, x.Horizon)
 			}) {
 				return false
@@ -230,12 +233,14 @@ func judgeViolations(p Property, r *Result, effects []Effect) Judgement {
 	// Each kind is judged once (its reaches against every effect).
 	reached := make(map[string]bool, len(r.Kinds))
 	hazard := make(map[string]bool, len(r.Kinds))
+	started := make(map[string]int64, len(r.Kinds))
 	for kind := range r.Kinds {
 		reached[kind] = inReach(kind)
+		started[kind] = faultStart(kind)
 		// A violation whose time is unknown cannot be shown to follow the
 		// fault: FAIL.
 		e, ok := r.Earliest[kind]
-		hazard[kind] = faultStart >= 0 && slices.Contains(hz, kind) && ok && e != history.Never && e >= faultStart && reached[kind]
+		hazard[kind] = started[kind] >= 0 && slices.Contains(hz, kind) && ok && e != history.Never && e >= started[kind] && reached[kind]
 	}
 	v := JudgedHazard
 	if len(hz) == 0 || len(r.Kinds) == 0 {
@@ -250,10 +255,12 @@ func judgeViolations(p Property, r *Result, effects []Effect) Judgement {
 		} else {
 			v = JudgedFail
 			switch {
-			case slices.Contains(hz, k) && faultStart >= 0 && reached[k]:
+			case slices.Contains(hz, k) && started[k] >= 0 && reached[k]:
 				class = "FAIL: before the fault that had an effect"
-			case slices.Contains(hz, k) && faultStart >= 0:
+			case slices.Contains(hz, k) && started[k] >= 0:
 				class = "FAIL: beyond the reach of every fault that had an effect"
+			case slices.Contains(hz, k) && len(effects) > 0:
+				class = "FAIL: no fault had an effect that explains it"
 			case slices.Contains(hz, k):
 				class = "FAIL: no fault was seen to have an effect"
 			}

@@ -249,6 +249,13 @@ func TestJudgeRateLimitReach(t *testing.T) {
 func TestJudgeOverlapReach(t *testing.T) {
 	restart := []Effect{{From: m(1000), At: m(1100), What: "the restart lost the dataset"}}
 	failover := []Effect{{From: m(1000), At: m(1100), What: "the new primary lacks writes", Ongoing: true}}
+	// The deposed primary was seen demoted 200ms after the failover was
+	// observed: its loss ended then, well before OngoingFor.
+	demoted := []Effect{{From: m(1000), At: m(1100), What: "the new primary lacks writes", Ongoing: true, End: m(1300)}}
+	// A lease eviction explains overlaps, not tokens; a counter's eviction
+	// the tokens, not overlaps.
+	leaseEvicted := []Effect{{From: m(1000), At: m(1100), What: "the lease was evicted", Kinds: LeaseLossKinds}}
+	counterEvicted := []Effect{{From: m(1000), At: m(1100), What: "the counter was evicted", Kinds: TokenLossKinds}}
 	excl := Property{Checker: "exclusion", Expect: MayHazard}
 	sem := Property{Checker: "semaphore", Expect: MayHazard, Hazards: []string{KindOverCapacity}}
 	permit := func(key string) history.Op {
@@ -271,6 +278,10 @@ func TestJudgeOverlapReach(t *testing.T) {
 		{"overlap a minute after a failover", excl, pair(lock, m(60000), m(60200)), failover, JudgedFail},
 		{"overlap complete before the fault, released after it", excl,
 			new(builder).ok(1, 0, m(1), lock()).ok(2, m(200), m(201), lock()).ok(1, m(300), m(1300), rel("k")), restart, JudgedFail},
+		{"overlap seconds after a failover whose old primary was demoted at once", excl, pair(lock, m(5000), m(5200)), demoted, JudgedFail},
+		{"overlap just before the old primary was demoted", excl, pair(lock, m(1000), m(1250)), demoted, JudgedHazard},
+		{"overlap after a lease eviction", excl, pair(lock, m(900), m(1200)), leaseEvicted, JudgedHazard},
+		{"overlap after only the counter was evicted", excl, pair(lock, m(900), m(1200)), counterEvicted, JudgedFail},
 		{"over capacity just after a restart", sem, pair(func() history.Op { return permit("s") }, m(900), m(1200)), restart, JudgedHazard},
 		{"over capacity long after a restart", sem, pair(func() history.Op { return permit("s") }, m(5000), m(5200)), restart, JudgedFail},
 	}
@@ -285,5 +296,119 @@ func TestJudgeOverlapReach(t *testing.T) {
 				t.Fatalf("verdict %s, want %s: %s (reaches %+v)", got, c.want, r.Summary, r.Reaches)
 			}
 		})
+	}
+}
+
+// A latch violation is the failover's hazard only when its generation
+// existed before the loss ended (the deposed primary's demotion): a
+// generation created on the new primary afterwards owes nothing to it.
+// Without the reach, every latch violation after the failover was HAZARD.
+func TestJudgeLatchReach(t *testing.T) {
+	failover := []Effect{{From: m(1000), At: m(1100), What: "the new primary lacks writes", Ongoing: true, End: m(1500)}}
+	p := Property{Checker: "latch", Expect: MayHazard, Hazards: []string{KindLatch, KindStuckWaiter}}
+	// Generation 1 (count 2): one count-down answered 1, then a second one
+	// answered 1 again (the first lost in the failover).
+	twice := func(created int64) *builder {
+		return new(builder).ok(1, created, created+m(1), create("l", 2, 1)).
+			ok(2, created+m(10), created+m(11), cd("l", 1, 1)).
+			ok(3, m(2000), m(2001), cd("l", 1, 1))
+	}
+	for _, c := range []struct {
+		name    string
+		created int64
+		want    Judgement
+	}{
+		{"generation created before the failover", m(900), JudgedHazard},
+		{"generation created before the deposed primary was demoted", m(1200), JudgedHazard},
+		{"generation created after the demotion", m(1600), JudgedFail},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := CheckLatch(twice(c.created).build(t), Options{})
+			if r.Verdict != Fail || len(r.Reaches) == 0 {
+				t.Fatalf("want a violation with its reach, got %s (%+v)", r.String(), r.Reaches)
+			}
+			if got := Judge(p, &r, failover); got != c.want {
+				t.Fatalf("verdict %s, want %s: %s (reaches %+v)", got, c.want, r.Summary, r.Reaches)
+			}
+		})
+	}
+}
+
+// lease-protocol's hazard kinds have reaches: an owner conflict is the
+// hazard only on lease state made before the effect (Since) and within the
+// lost lease's TTL after it (Horizon).
+func TestJudgeLeaseProtocolReach(t *testing.T) {
+	restart := []Effect{{From: m(1000), At: m(1100), What: "the restart lost the dataset"}}
+	p := Property{Checker: "lease-protocol", Expect: MayHazard}
+	renewed := func(b *builder, owner string, from, to int64) *builder {
+		for t := from; t <= to; t += m(500) {
+			b = b.ok(1, t, t+m(1), owned(renew("k", 1000), owner))
+		}
+		return b
+	}
+	for _, c := range []struct {
+		name string
+		b    *builder
+		want Judgement
+	}{
+		{"a grant just after the restart, while the first owner held", new(builder).
+			ok(1, m(900), m(901), owned(acq("k", 0, 1000), "a")).
+			ok(2, m(1200), m(1201), owned(acq("k", 0, 1000), "b")), JudgedHazard},
+		{"both leases taken long after the restart", new(builder).
+			ok(1, m(5000), m(5001), owned(acq("k", 0, 1000), "a")).
+			ok(2, m(5200), m(5201), owned(acq("k", 0, 1000), "b")), JudgedFail},
+		{"a lease held across the restart, the conflict seconds after it", renewed(new(builder).
+			ok(1, m(900), m(901), owned(acq("k", 0, 1000), "a")), "a", m(1300), m(5300)).
+			ok(2, m(5400), m(5401), owned(acq("k", 0, 1000), "b")), JudgedFail},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := CheckLeaseProtocol(c.b.build(t), Options{})
+			if r.Verdict != Fail {
+				t.Fatalf("want a violation, got %s", r.String())
+			}
+			if got := Judge(p, &r, restart); got != c.want {
+				t.Fatalf("verdict %s, want %s: %s (reaches %+v)", got, c.want, r.Summary, r.Reaches)
+			}
+		})
+	}
+}
+
+// A leak is the failover's hazard only when the entry's last write (the
+// delete that should have removed it) came before the loss ended.
+func TestJudgeLeakReach(t *testing.T) {
+	failover := []Effect{{From: m(1000), At: m(1100), What: "the new primary lacks writes", Ongoing: true, End: m(1500)}}
+	p := Property{Checker: "leaks", Expect: MayHazard, Hazards: []string{KindLeak}}
+	left := func(deleted int64) *builder {
+		return new(builder).ok(1, m(100), m(101), create("latch:7", 1, 7)).
+			ok(1, deleted, deleted+m(1), history.Op{F: history.FLatchDelete, Key: "latch:7"}).
+			ok(9, m(5000), m(5001), leakScan(2, "n1: latch:7 gen (field pttl -1 ms)\nn1: latch:7 count (field pttl -1 ms)"))
+	}
+	for _, c := range []struct {
+		name    string
+		deleted int64
+		want    Judgement
+	}{
+		{"deleted before the failover", m(900), JudgedHazard},
+		{"deleted while the deposed primary still took writes", m(1400), JudgedHazard},
+		{"deleted on the new primary after the demotion", m(2000), JudgedFail},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := CheckLeaks(left(c.deleted).build(t), Options{})
+			if r.Verdict != Fail || len(r.Reaches) != 2 {
+				t.Fatalf("want a leak with two reaches, got %s (%+v)", r.String(), r.Reaches)
+			}
+			if got := Judge(p, &r, failover); got != c.want {
+				t.Fatalf("verdict %s, want %s: %s (reaches %+v)", got, c.want, r.Summary, r.Reaches)
+			}
+		})
+	}
+	for _, c := range []struct {
+		server, k string
+		want      bool
+	}{{"latch:7", "latch:7", true}, {"run:latch:7", "latch:7", true}, {"latch:17", "latch:7", false},
+		{"{fenced-lock}:lease", "fenced-lock", true}, {"semaphore", "sem", false}} {
+		if got := namesKey(c.server, c.k); got != c.want {
+			t.Errorf("namesKey(%q, %q) = %v", c.server, c.k, got)
+		}
 	}
 }

@@ -21,6 +21,7 @@ func isLatchOp(f string) bool {
 
 // latchGen is what the history says about one generation of one latch.
 type latchGen struct {
+	first   int64 // the earliest invocation of an operation of it (its state was made from then on)
 	count   int64 // initial count
 	known   bool  // created or reset (ok) in this history: count is known
 	created *history.Operation
@@ -70,10 +71,24 @@ func CheckLatch(h *history.History, o Options) Result {
 	get := func(key string, gen int64) *latchGen {
 		g := gens[genKey{key, gen}]
 		if g == nil {
-			g = &latchGen{mayReplace: history.Never, replaced: history.Never}
+			g = &latchGen{first: history.Never, mayReplace: history.Never, replaced: history.Never}
 			gens[genKey{key, gen}] = g
 		}
 		return g
+	}
+	// fail records a violation about generation g, with its reach for Judge:
+	// the generation's state was made from its first operation on, and the
+	// violating operation op spans its invocation to its return; a lost
+	// write (a failover, a restart) can explain it only if that state
+	// existed when the loss struck.
+	fail := func(kind string, g *latchGen, op *history.Operation, msg string, ops ...*history.Operation) {
+		c.fail(kind, op.Key, msg, ops...)
+		since := min(g.first, op.T)
+		ln := history.Never
+		if op.Return != history.Never {
+			ln = op.Return - op.T
+		}
+		c.reaches = append(c.reaches, Reach{Kind: kind, Key: op.Key, Since: since, First: op.T, Last: op.T, Len: ln, Horizon: history.Never})
 	}
 	type replacement struct {
 		gen      int64 // gen created; 0 with anyGen
@@ -89,6 +104,11 @@ func CheckLatch(h *history.History, o Options) Result {
 			continue
 		}
 		n++
+		if op.Gen != 0 {
+			if g := get(op.Key, op.Gen); op.T < g.first {
+				g.first = op.T
+			}
+		}
 		switch op.F {
 		case history.FLatchCreate, history.FLatchReset:
 			switch op.Type {
@@ -202,11 +222,11 @@ func CheckLatch(h *history.History, o Options) Result {
 					c.undecided(op.Key, fmt.Sprintf("wait on generation %d returned true: its initial count is not in the history and no count-down returned 0", op.Gen), op)
 					continue
 				}
-				c.fail(KindLatch, op.Key, fmt.Sprintf("wait on generation %d returned true at %s, but only %d of %s had been invoked",
+				fail(KindLatch, g, op, fmt.Sprintf("wait on generation %d returned true at %s, but only %d of %s had been invoked",
 					op.Gen, fmtT(op.Return), countLE(g.mayInv, op.Return), Plural(g.count, "count-down")), g.created, op)
 			case history.ValueFalse:
 				if g.mayReplace > op.Return {
-					c.fail(KindLatch, op.Key, fmt.Sprintf("wait on generation %d returned false at %s, but the generation was neither replaced nor deleted", op.Gen, fmtT(op.Return)), g.created, op)
+					fail(KindLatch, g, op, fmt.Sprintf("wait on generation %d returned false at %s, but the generation was neither replaced nor deleted", op.Gen, fmtT(op.Return)), g.created, op)
 				}
 			}
 			continue
@@ -214,31 +234,31 @@ func CheckLatch(h *history.History, o Options) Result {
 		r := op.Count
 		switch {
 		case r < -1:
-			c.fail(KindLatchUnderflow, op.Key, fmt.Sprintf("count-down of generation %d returned %d: underflow", op.Gen, r), g.created, op)
+			fail(KindLatchUnderflow, g, op, fmt.Sprintf("count-down of generation %d returned %d: underflow", op.Gen, r), g.created, op)
 			continue
 		case r == -1:
 			if g.mayReplace > op.Return {
-				c.fail(KindLatch, op.Key, fmt.Sprintf("count-down of generation %d returned -1 at %s, but the generation had not been replaced or deleted", op.Gen, fmtT(op.Return)), g.created, op)
+				fail(KindLatch, g, op, fmt.Sprintf("count-down of generation %d returned -1 at %s, but the generation had not been replaced or deleted", op.Gen, fmtT(op.Return)), g.created, op)
 			}
 			continue
 		}
 		if g.replaced < op.T {
-			c.fail(KindLatch, op.Key, fmt.Sprintf("count-down invoked at %s, after generation %d was replaced at %s, returned %d instead of -1",
+			fail(KindLatch, g, op, fmt.Sprintf("count-down invoked at %s, after generation %d was replaced at %s, returned %d instead of -1",
 				fmtT(op.T), op.Gen, fmtT(g.replaced), r), g.created, op)
 			continue
 		}
 		if g.known {
 			if r >= g.count && !(r == 0 && g.count == 0) {
-				c.fail(KindLatch, op.Key, fmt.Sprintf("count-down of generation %d (initial count %d) returned %d: no decrement", op.Gen, g.count, r), g.created, op)
+				fail(KindLatch, g, op, fmt.Sprintf("count-down of generation %d (initial count %d) returned %d: no decrement", op.Gen, g.count, r), g.created, op)
 				continue
 			}
 			if inv := int64(countLE(g.mayInv, op.Return)); inv < g.count-r {
-				c.fail(KindLatch, op.Key, fmt.Sprintf("count-down of generation %d returned %d (initial count %d) when at most %s had been invoked: decremented more than once",
+				fail(KindLatch, g, op, fmt.Sprintf("count-down of generation %d returned %d (initial count %d) when at most %s had been invoked: decremented more than once",
 					op.Gen, r, g.count, Plural(inv, "count-down")), g.created, op)
 				continue
 			}
 			if done := int64(countLT(g.okRet, op.T)); r > max(g.count-done-1, 0) {
-				c.fail(KindLatch, op.Key, fmt.Sprintf("count-down of generation %d returned %d (initial count %d) after %s had completed: a decrement was lost",
+				fail(KindLatch, g, op, fmt.Sprintf("count-down of generation %d returned %d (initial count %d) after %s had completed: a decrement was lost",
 					op.Gen, r, g.count, Plural(done, "count-down")), g.created, op)
 				continue
 			}
@@ -249,7 +269,7 @@ func CheckLatch(h *history.History, o Options) Result {
 				seen[gk] = make(map[int64]*history.Operation)
 			}
 			if prev := seen[gk][r]; prev != nil {
-				c.fail(KindLatch, op.Key, fmt.Sprintf("two count-downs of generation %d both returned %d", op.Gen, r), prev, op)
+				fail(KindLatch, g, op, fmt.Sprintf("two count-downs of generation %d both returned %d", op.Gen, r), prev, op)
 			} else {
 				seen[gk][r] = op
 			}
@@ -297,7 +317,7 @@ func CheckLatch(h *history.History, o Options) Result {
 			if op.Type == history.OK {
 				what, kind = "answered "+op.Value, "a late completion"
 			}
-			c.fail(KindStuckWaiter, op.Key, fmt.Sprintf("wait on generation %d (invoked at %s) %s at %s, though the generation %s at %s: "+
+			fail(KindStuckWaiter, g, op, fmt.Sprintf("wait on generation %d (invoked at %s) %s at %s, though the generation %s at %s: "+
 				"not answered within %v (%s)", op.Gen, fmtT(op.T), what, fmtT(op.Return), how, fmtT(end), o.WakeBound, kind), g.created, op)
 		}
 	}

@@ -2,6 +2,7 @@ package models
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/coordtorture/coordtorture/history"
@@ -87,9 +88,78 @@ func CheckLeaks(h *history.History, o Options) Result {
 			c.undecided(s.Key, fmt.Sprintf("scan at %s found %s, before every TTL had elapsed (%s)", fmtT(s.T), found, fmtT(latest)), latestOp, s)
 		default:
 			c.fail(KindLeak, s.Key, fmt.Sprintf("leak: scan at %s, after every TTL had elapsed (%s), found %s", fmtT(s.T), fmtT(latest), found), s)
+			// Where each entry's state was last written, for Judge: a
+			// lost write (a failover, a restart) can explain an entry
+			// only if its last write (the delete or release that should
+			// have removed it, or what made it) came before the loss
+			// ended.
+			ln := history.Never
+			if s.Return != history.Never {
+				ln = s.Return - s.T
+			}
+			for _, line := range strings.Split(s.Value, "\n") {
+				if line == "" {
+					continue
+				}
+				c.reaches = append(c.reaches, Reach{Kind: KindLeak, Key: s.Key, Since: lastWriteOf(h, line), First: s.T, Last: s.T, Len: ln, Horizon: history.Never})
+			}
 		}
 	}
 	r := c.result("leaks", len(scans), Plural(clean, "final-state scan")+": nothing left behind")
 	r.Elapsed = time.Since(start)
 	return r
+}
+
+// leakWrites are the operations that write a lease, permit or latch entry.
+var leakWrites = map[string]bool{
+	history.FAcquire: true, history.FAcquireWait: true, history.FSemAcquire: true, history.FAcquireRead: true,
+	history.FAcquireWrite: true, history.FRenew: true, history.FRelease: true, history.FLatchCreate: true,
+	history.FLatchReset: true, history.FLatchCountDown: true, history.FLatchDelete: true,
+}
+
+// lastWriteOf is the invocation of the latest write of the entry a leak
+// scan's line names ("node: key [member …]": the key, and a member that is
+// an owner, when the history has operations of that owner on the key),
+// or 0 when the history has none (it cannot say when the entry was made).
+func lastWriteOf(h *history.History, line string) int64 {
+	if _, rest, ok := strings.Cut(line, ": "); ok {
+		line = rest
+	}
+	f := strings.Fields(line)
+	if len(f) == 0 {
+		return 0
+	}
+	key, member := f[0], ""
+	if len(f) > 1 {
+		member = f[1]
+	}
+	var last, lastOwned int64
+	for k := range h.Ops {
+		op := &h.Ops[k]
+		if !leakWrites[op.F] || !namesKey(key, op.Key) {
+			continue
+		}
+		last = max(last, op.T)
+		if member != "" && op.Owner == member {
+			lastOwned = max(lastOwned, op.T)
+		}
+	}
+	if lastOwned > 0 {
+		return lastOwned
+	}
+	return last
+}
+
+// namesKey reports whether the server key a scan listed is the history's
+// key k: the same, k behind a prefix ending in ':', or k as the hash tag of
+// a lock's key ("{k}:lease").
+func namesKey(server, k string) bool {
+	if k == "" {
+		return false
+	}
+	if server == k || strings.Contains(server, "{"+k+"}") {
+		return true
+	}
+	p, ok := strings.CutSuffix(server, k)
+	return ok && strings.HasSuffix(p, ":")
 }

@@ -316,6 +316,20 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 			}
 			return -1
 		}
+		// reach records where a violation lies, for Judge: the lease state a
+		// fault could have lost was made from since (the earlier
+		// acquisition), the violating operation spans op, and a lost lease
+		// explains what starts within its TTL (+ drift) of the loss.
+		reach := func(kind, key string, since int64, op *history.Operation, ttlMs int64) {
+			ln, horizon := history.Never, history.Never
+			if op.Return != history.Never {
+				ln = op.Return - op.T
+			}
+			if ttlMs > 0 {
+				horizon = addSat(ms(ttlMs), int64(o.Drift))
+			}
+			c.reaches = append(c.reaches, Reach{Kind: kind, Key: key, Since: min(since, op.T), First: op.T, Last: op.T, Len: ln, Horizon: horizon})
+		}
 		for _, n := range list {
 			ow := &owners[n]
 			a := &h.Ops[ow.acq]
@@ -331,6 +345,7 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 				}
 				ot := &owners[other]
 				oa := &h.Ops[ot.acq]
+				reach(KindOwnerConflict, ow.id.String(), min(oa.T, a.T), op, max(oa.TTLMs, a.TTLMs))
 				if c.full(KindOwnerConflict) {
 					c.skip(KindOwnerConflict, oa, a, op)
 					return
@@ -351,6 +366,7 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 				case proves(op):
 					check(op, max(op.T, a.T), op.Return)
 				case denies(op) && ow.hasSpan && ow.sStart <= op.T && op.Return < ow.sEnd && (op.T < ow.lostAt || ow.mode == modeExclusive && op.Return < ow.proofT):
+					reach(KindWronglyDenied, ow.id.String(), a.T, op, a.TTLMs)
 					if c.full(KindWronglyDenied) {
 						c.skip(KindWronglyDenied, a, op)
 						continue

@@ -81,7 +81,7 @@ func CheckProgress(h *history.History, o Options) Result {
 	}
 	for _, ev := range nem {
 		switch ev.Key {
-		case NemesisEffect, NemesisEffectOngoing: // an observation, not a change
+		case NemesisEffect, NemesisEffectOngoing, NemesisEffectEnd: // an observation, not a change
 		case NemesisHeal:
 			if healthyFrom < 0 {
 				healthyFrom = addSat(ev.Return, recover)

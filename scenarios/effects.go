@@ -250,7 +250,7 @@ func failoverLoss(ctx context.Context, e *Env, w *offsetWatch, old, np *testbed.
 		return
 	}
 	if off, c := w.until(ctx, old, proved, limit); proved(off, c) {
-		e.EffectOngoing("the new primary %s %s", np.Name, describe(off, c))
+		e.EffectOngoing(old, "the new primary %s %s", np.Name, describe(off, c))
 	}
 }
 
@@ -272,21 +272,6 @@ func replicationOf(ctx context.Context, n *testbed.Node) (role string, offset in
 		}
 	}
 	return role, offset, role != "" && haveOffset
-}
-
-// clockAhead records the effect of a clock offset: the server's TIME reads
-// at least min ahead of (or behind) real time.
-func clockAhead(ctx context.Context, e *Env, n *testbed.Node, min time.Duration) {
-	t0 := time.Now()
-	st, err := n.Admin().Time(ctx).Result()
-	if err != nil {
-		return
-	}
-	rtt := time.Since(t0)
-	skew := st.Sub(t0.Add(rtt / 2))
-	if skew.Abs() >= min {
-		e.Effect("%s's clock reads %v from real time", n.Name, skew.Round(time.Millisecond))
-	}
 }
 
 // serverSkew reads how far a server's clock (TIME) is from real time, to the
@@ -328,7 +313,7 @@ func leaseClockJumps(_ *rand.Rand, d time.Duration) []Event {
 			}
 			if ahead && skew >= e.TTL {
 				// Leases and permits end early only if the jump outruns them.
-				e.Effect("%s's clock reads %v from real time", n.Name, skew)
+				e.EffectExplaining(models.LeaseLossKinds, "%s's clock reads %v from real time", n.Name, skew)
 			}
 			return nil
 		}

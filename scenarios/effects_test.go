@@ -35,7 +35,7 @@ func TestTwoPrimariesProbe(t *testing.T) {
 		t.Fatal(err)
 	}
 	probe := func(write string) []string {
-		e.effect = nil
+		e.effects = nil
 		w := watchOffset(ctx, e, n1)
 		switch write {
 		case "counter":
@@ -48,7 +48,14 @@ func TestTwoPrimariesProbe(t *testing.T) {
 			}
 		}
 		twoPrimaries(ctx, e, w, n1, n2, 300*time.Millisecond)
-		return e.effect
+		var out []string
+		for _, ef := range e.effects {
+			if !ef.ongoing || ef.deposed != n1 {
+				t.Fatalf("two primaries recorded as %+v, want ongoing until n1 is demoted", ef)
+			}
+			out = append(out, ef.what)
+		}
+		return out
 	}
 
 	// n2 promoted in sync, n1 takes nothing after: two primaries, no divergence.

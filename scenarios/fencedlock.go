@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -444,29 +445,13 @@ func init() {
 	Register(&Scenario{
 		Name: "fenced-lock/clock-skew",
 		Summary: "the server restarts (with AOF) with its wall clock 4 leases ahead: every live lease expires at " +
-			"once while its holder still counts on it. HAZARD expected on exclusion; tokens and the resource must hold.",
+			"once while its holder still counts on it, and back on true time later. HAZARD expected on exclusion; tokens " +
+			"and the resource must hold. Each restart is seen to set the clock (TIME read back), else UNKNOWN.",
 		// Holders keep the lock for half a lease, so one is mid-lease when the clock jumps.
 		Topo: Topology{Kind: testbed.KindStandalone, AOF: true}, Workload: lockWorkload(0.9, func(ttl time.Duration) time.Duration { return ttl / 2 }),
-		Nemesis: func(r *rand.Rand, d time.Duration) []Event {
-			restart := func(off func(*Env) time.Duration) func(context.Context, *Env) error {
-				return func(ctx context.Context, e *Env) error {
-					sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
-					defer cancel()
-					if err := e.Topo.SetClockOffset(sctx, "n1", off(e)); err != nil {
-						return err
-					}
-					if off(e) != 0 {
-						// Leases end early only if the jump outruns them.
-						clockAhead(sctx, e, e.Topo.Node("n1"), e.TTL)
-					}
-					return nil
-				}
-			}
-			return []Event{
-				{At: d / 3, Name: "restart the server 4 leases ahead", Do: restart(func(e *Env) time.Duration { return 4 * e.TTL })},
-				{At: 2 * d / 3, Name: "restart the server on true time", Do: restart(func(*Env) time.Duration { return 0 })},
-			}
-		},
+		// Each restart must be seen to set the clock (else the run is
+		// UNKNOWN): leaseClockJumps, as the semaphore and rwlock families.
+		Nemesis:    leaseClockJumps,
 		Properties: props("exclusion"), Check: drift, Impls: impls,
 		NoLeakScan: "the server's clock was moved: a lease set while it ran ahead outlives its TTL in real time",
 	})
@@ -490,7 +475,7 @@ func init() {
 					// The server names each key it evicts (keyspace events):
 					// the lock's lease or counter among them is the proof.
 					lease := leaseKeyOf(e.Impl, e.Key(lockKey))
-					var evictedLock atomic.Value // string: the lock key seen evicted
+					var evictedLease, evictedCounter atomic.Bool // the lock's keys seen evicted
 					if err := a.ConfigSet(ctx, "notify-keyspace-events", "Ee").Err(); err != nil {
 						return err
 					}
@@ -503,8 +488,11 @@ func init() {
 					go func() {
 						defer close(drained)
 						for m := range sub.Channel() {
-							if m.Payload == lease || counter != "" && m.Payload == counter {
-								evictedLock.CompareAndSwap(nil, m.Payload)
+							switch {
+							case m.Payload == lease:
+								evictedLease.Store(true)
+							case counter != "" && m.Payload == counter:
+								evictedCounter.Store(true)
 							}
 						}
 					}()
@@ -529,8 +517,18 @@ func init() {
 					sleep(ctx, 50*time.Millisecond)
 					_ = sub.Close()
 					<-drained
-					if k, _ := evictedLock.Load().(string); k != "" {
-						e.Effect("n1 evicted %d keys (allkeys-lru, maxmemory 4mb), the lock's %s among them", n, k)
+					// An evicted lease explains two holders (and the
+					// answers that follow), not the tokens; an evicted
+					// counter the tokens, not two holders.
+					var kinds, which []string
+					if evictedLease.Load() {
+						kinds, which = append(kinds, models.LeaseLossKinds...), append(which, lease)
+					}
+					if evictedCounter.Load() {
+						kinds, which = append(kinds, models.TokenLossKinds...), append(which, counter)
+					}
+					if len(kinds) > 0 {
+						e.EffectExplaining(kinds, "n1 evicted %d keys (allkeys-lru, maxmemory 4mb), the lock's %s among them", n, strings.Join(which, " and "))
 						return nil
 					}
 					switch {
@@ -538,7 +536,7 @@ func init() {
 					case counter == "":
 						// No counter to watch: the evictions are the proof
 						// (weaker: they may all have been filler).
-						e.Effect("n1 evicted %d keys (allkeys-lru, maxmemory 4mb); the implementation has no fencing counter to watch", n)
+						e.EffectExplaining(models.LeaseLossKinds, "n1 evicted %d keys (allkeys-lru, maxmemory 4mb); the implementation has no fencing counter to watch", n)
 					case before > 0:
 						// The counter only grows unless it is evicted (and
 						// restarted from zero by the next grant).
@@ -547,7 +545,7 @@ func init() {
 							after, err = 0, nil
 						}
 						if err == nil && after < before {
-							e.Effect("n1 evicted %d keys (allkeys-lru, maxmemory 4mb), the fencing counter among them: %d before the filler, %d after", n, before, after)
+							e.EffectExplaining(models.TokenLossKinds, "n1 evicted %d keys (allkeys-lru, maxmemory 4mb), the fencing counter among them: %d before the filler, %d after", n, before, after)
 						}
 					}
 					return nil

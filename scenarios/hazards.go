@@ -201,7 +201,7 @@ func twoPrimaries(ctx context.Context, e *Env, w *offsetWatch, old, np *testbed.
 	oldRole, _, ok1 := replicationOf(ctx, old)
 	newRole, _, ok2 := replicationOf(ctx, np)
 	if ok1 && ok2 && oldRole == "master" && newRole == "master" && proved(off, c) {
-		e.EffectOngoing("%s and %s both answer as primary: %s %s", old.Name, np.Name, np.Name, describe(off, c))
+		e.EffectOngoing(old, "%s and %s both answer as primary: %s %s", old.Name, np.Name, np.Name, describe(off, c))
 	}
 }
 

@@ -215,7 +215,7 @@ func rateClockJump(off func(LimitConfig) time.Duration, cfg LimitConfig) func(*r
 			}
 			if jump > 0 {
 				// The proof a violation needs to count as the hazard.
-				e.Effect("n1's clock reads %v from real time", skew)
+				e.EffectExplaining(models.LeaseLossKinds, "n1's clock reads %v from real time", skew)
 			} else {
 				// A backward jump must hold: noted, not an effect a
 				// violation could be blamed on.

@@ -231,6 +231,26 @@ type Outcome struct {
 	Header *history.Header `json:"-"`
 }
 
+// watchDemotion polls deposed (a primary a failover replaced, whose writes
+// are lost until it is demoted) until it no longer answers as a primary, and
+// records that observation (models.NemesisEffectEnd) as process proc; it
+// gives up silently when ctx ends first (the loss then counts for
+// models.OngoingFor).
+func (e *Env) watchDemotion(ctx context.Context, mu *sync.Mutex, proc int, deposed *testbed.Node) {
+	for ctx.Err() == nil {
+		if role, _, ok := replicationOf(ctx, deposed); ok && role != "master" {
+			mu.Lock()
+			defer mu.Unlock()
+			what := fmt.Sprintf("%s demoted (role %s): the loss it began has ended", deposed.Name, role)
+			if _, err := e.Rec.Invoke(proc, history.Op{F: history.FNemesis, Key: models.NemesisEffectEnd, Value: what}); err == nil {
+				_, _ = e.Rec.Complete(proc, history.OK, history.Op{Value: what})
+			}
+			return
+		}
+		sleep(ctx, 20*time.Millisecond)
+	}
+}
+
 // Run runs one scenario on a fresh topology and judges its history. An error
 // is returned only when the scenario could not run at all (servers did not
 // start); a run whose checkers found violations returns an Outcome.
@@ -388,6 +408,7 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	}
 	var log []EventLog
 	var logMu sync.Mutex
+	var demoteMu sync.Mutex // the demotion watches share one process (+3)
 	wg.Add(1)
 	go func() { // the nemesis
 		defer wg.Done()
@@ -406,7 +427,7 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 			inv, _ := env.Rec.Invoke(nemesisProc, history.Op{F: history.FNemesis, Key: kind, Value: ev.Name})
 			at := time.Duration(inv.T)
 			el := EventLog{At: at, Name: ev.Name, Kind: kind}
-			env.note, env.effect, env.ongoing = nil, nil, nil
+			env.note, env.effects = nil, nil
 			err := ev.Do(wctx, env)
 			if len(env.note) > 0 {
 				el.Name += " (" + strings.Join(env.note, "; ") + ")"
@@ -421,16 +442,28 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 			el.End = time.Duration(done.T)
 			// Each proven effect is an observation of its own in the history,
 			// so an offline check can tell when a hazard became possible.
-			for i, what := range env.effect {
+			for _, ef := range env.effects {
 				key := models.NemesisEffect
-				if env.ongoing[i] {
+				if ef.ongoing {
 					key = models.NemesisEffectOngoing
 				}
-				if _, err := env.Rec.Invoke(nemesisProc, history.Op{F: history.FNemesis, Key: key, Value: what}); err == nil {
-					_, _ = env.Rec.Complete(nemesisProc, history.OK, history.Op{Value: what})
+				op := history.Op{F: history.FNemesis, Key: key, Value: ef.what, Explains: strings.Join(ef.kinds, ",")}
+				if _, err := env.Rec.Invoke(nemesisProc, op); err == nil {
+					_, _ = env.Rec.Complete(nemesisProc, history.OK, history.Op{Value: ef.what})
+				}
+				if ef.deposed != nil {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						env.watchDemotion(wctx, &demoteMu, nemesisProc+3, ef.deposed)
+					}()
 				}
 			}
-			el.Effect = strings.Join(env.effect, "; ")
+			whats := make([]string, len(env.effects))
+			for i, ef := range env.effects {
+				whats[i] = ef.what
+			}
+			el.Effect = strings.Join(whats, "; ")
 			logMu.Lock()
 			log = append(log, el)
 			logMu.Unlock()
@@ -500,7 +533,11 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	out.Uncertain = models.CountUncertain(h)
 	effects := models.Effects(h)
 	for _, ef := range effects {
-		out.Effects = append(out.Effects, fmt.Sprintf("at %.1fs: %s", time.Duration(ef.At).Seconds(), ef.What))
+		line := fmt.Sprintf("at %.1fs: %s", time.Duration(ef.At).Seconds(), ef.What)
+		if ef.Ongoing && ef.End > 0 {
+			line += fmt.Sprintf(" (the loss ended at %.1fs: the deposed primary was demoted)", time.Duration(ef.End).Seconds())
+		}
+		out.Effects = append(out.Effects, line)
 	}
 	// The checkers learn what the implementation does after an uncertain
 	// renewal (models.Options.UncertainRenewalReleases).

@@ -185,30 +185,44 @@ type Env struct {
 	virtual atomic.Int64 // acquisition numbers for unfenced implementations
 	coords  coordinators
 	note    []string // what the running nemesis event chose (Note)
-	effect  []string // what the running nemesis event proved (Effect)
-	ongoing []bool   // per effect: EffectOngoing
+	effects []proven // what the running nemesis event proved (Effect…)
 
 	latch latchShared // the latch workload's rounds
 }
 
+// proven is one effect a nemesis event proved.
+type proven struct {
+	what    string
+	kinds   []string      // the violation kinds it can explain; nil: any
+	ongoing bool          // EffectOngoing
+	deposed *testbed.Node // EffectOngoing: its loss ends when this node is demoted
+}
+
 // Effect records the proof that a fault had the effect its hazard needs ("the
 // restarted server lost the dataset", "the new primary is 812 bytes behind
-// the old one"). Only a nemesis event's Do calls it, when it has observed the
-// effect on the servers. A MayHazard violation counts as the hazard only
-// after such a proof: a fault without an observed effect explains nothing,
-// so the violation is FAIL.
+// the old one"), which can explain a violation of any kind. Only a nemesis
+// event's Do calls it, when it has observed the effect on the servers. A
+// MayHazard violation counts as the hazard only after such a proof: a fault
+// without an observed effect explains nothing, so the violation is FAIL.
 func (e *Env) Effect(format string, args ...any) {
-	e.effect = append(e.effect, fmt.Sprintf(format, args...))
-	e.ongoing = append(e.ongoing, false)
+	e.effects = append(e.effects, proven{what: fmt.Sprintf(format, args...)})
+}
+
+// EffectExplaining is Effect for an effect that can explain only the
+// violations of kinds (models.LeaseLossKinds for an evicted lease or a
+// clock moved ahead, models.TokenLossKinds for an evicted counter).
+func (e *Env) EffectExplaining(kinds []string, format string, args ...any) {
+	e.effects = append(e.effects, proven{what: fmt.Sprintf(format, args...), kinds: kinds})
 }
 
 // EffectOngoing is Effect for a loss that may go on after it was observed
 // (models.NemesisEffectOngoing): a failover, whose deposed primary may take
-// writes and lose them until it is demoted. State made up to
-// models.OngoingFor after it counts as lost.
-func (e *Env) EffectOngoing(format string, args ...any) {
-	e.effect = append(e.effect, fmt.Sprintf(format, args...))
-	e.ongoing = append(e.ongoing, true)
+// writes and lose them until it is demoted. The run watches deposed and
+// records when it is no longer a primary (models.NemesisEffectEnd), which
+// ends the loss; without that, state made up to models.OngoingFor after the
+// proof counts as lost.
+func (e *Env) EffectOngoing(deposed *testbed.Node, format string, args ...any) {
+	e.effects = append(e.effects, proven{what: fmt.Sprintf(format, args...), ongoing: true, deposed: deposed})
 }
 
 // Note records what the running nemesis event chose or found ("c3 cut from
