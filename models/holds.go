@@ -147,7 +147,15 @@ func buildHolds(h *history.History, drift int64, want func(mode) bool, cutUncert
 	// (Options.UncertainRenewalReleases: prim after an uncertain renewal, and
 	// a semaphore permit after any failed one): the holder stops counting on
 	// it, and its unrecorded clean-up may free it, so the window ends here, as
-	// at a release's invocation.
+	// at a release's invocation. Not at the renewal's return, though the
+	// holder may use the lease until then: prim learns the outcome is
+	// uncertain (or fails) inside the call and may fence and release at once,
+	// before Renew returns (a semaphore permit is released before it returns
+	// by design), so another holder can be granted before that return; a
+	// window ending later would call a correct implementation's grant an
+	// overlap. Between the invocation and the return the holder's use is
+	// therefore not checked against later grants: the price of not knowing
+	// when the unrecorded clean-up ran.
 	cut := func(hd *hold, o *history.Operation, k int) {
 		if cutUncertain && o.T < hd.relInv {
 			hd.relInv, hd.rel, hd.cut = o.T, k, true
