@@ -376,14 +376,16 @@
 // (a failover client as a member) loses grants the same way.
 //
 // A node that does not answer within the node timeout counts as failed, but
-// its command may still reach it: if it lands after the attempt's clean-up
-// (or after Release) that node keeps the token until the ttl, and until then
-// the next attempts on that key reach no quorum (ErrNoQuorum) as soon as the
-// other unavailable nodes and it leave fewer than a majority — with three
-// nodes, one more node down. The clean-up of a node whose acquisition is
+// its command may still reach it. The clean-up of a node whose acquisition is
 // still in flight waits for it (up to the node timeout) so that it does not
-// overtake it on the way. A node unreachable during clean-up keeps the token
-// until it expires.
+// overtake it on the way, and when a node's reply comes after the attempt
+// failed or the lease was released and says it set the token, the token is
+// released there once more. But a command can land after the clean-up (a
+// client stalled, packets delayed unevenly) and its reply be lost: that node
+// then keeps the token until the ttl, and until then the next attempts on that
+// key reach no quorum (ErrNoQuorum) as soon as the other unavailable nodes and
+// it leave fewer than a majority — with three nodes, one more node down. A
+// node unreachable during clean-up keeps the token until it expires too.
 //
 // Use Redlock where an occasional double grant costs efficiency, not
 // correctness. Where a stale owner must be rejected, use a fencing-token lock

@@ -389,8 +389,15 @@ func (g *RedlockGroup) TryAcquire(ctx context.Context, key string, ttl time.Dura
 	for i := range n {
 		go func() {
 			results <- g.call(i, func(ctx context.Context, c redis.UniversalClient) nodeResult {
-				defer close(l.inflight[i])
-				return acquireOn(ctx, c, key, l.ownerArg, ms)
+				r := acquireOn(ctx, c, key, l.ownerArg, ms)
+				close(l.inflight[i])
+				if r.out == nodeConfirmed && l.isOver() {
+					// The node set the token after the attempt failed or the
+					// lease was released: a clean-up sent before may have
+					// overtaken it on the way (a stalled client, jitter).
+					l.releaseOn([]int{i}, 0, "late acquisition reply")
+				}
+				return r
 			})
 		}()
 	}
@@ -399,6 +406,7 @@ func (g *RedlockGroup) TryAcquire(ctx context.Context, key string, ttl time.Dura
 		g.m.add(ctx, g.m.uncertain, "redlock", "acquire")
 		g.logger.WarnContext(ctx, "prim: redlock acquisition abandoned (context ended); its token is released in the background",
 			"key", key, "err", ctx.Err())
+		l.stop()
 		go l.releaseOn(cleanupNodes(t), 0, "abandoned acquisition")
 		return nil, fmt.Errorf("%w: acquiring redlock %q: %w", ErrUncertain, key, ctx.Err())
 	}
@@ -411,6 +419,7 @@ func (g *RedlockGroup) TryAcquire(ctx context.Context, key string, ttl time.Dura
 		g.m.add(ctx, g.m.acquire, "redlock", "acquired")
 		return l, nil
 	}
+	l.stop() // the attempt is over: a node that confirms later is released again
 	var err *RedlockError
 	result := "no-quorum"
 	if t.confirmed >= g.quorum {
@@ -768,6 +777,13 @@ func (l *RedlockLease) Release(ctx context.Context) (bool, error) {
 	}
 	defer func() { <-l.op }()
 	return l.releaseQuorum(ctx)
+}
+
+// isOver reports an attempt that failed or a lease that ended.
+func (l *RedlockLease) isOver() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.state != stateHeld
 }
 
 func (l *RedlockLease) isCleaned() bool {
