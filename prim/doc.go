@@ -340,7 +340,7 @@
 //
 // [NewRedlockGroup] takes an odd number, at least three, of clients of
 // independent deployments (it never closes them); [RedlockGroup.TryAcquire]
-// sets one random owner token on every node in parallel (SET NX GET PX, each
+// sets one random owner token on every node in parallel (SET NX PX, each
 // command bounded by [WithNodeTimeout], default [DefaultNodeTimeout]) and
 // holds the lease when a majority set it with positive validity: the ttl, less
 // the time from before the first request to the majority's last answer, less

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -265,30 +266,82 @@ type nodeResult struct {
 	err error
 }
 
-// call runs op on node i bounded by the node timeout: op's result, or a
-// failure once the timeout passed (op goes on in the background: with
-// go-redis's default options a written command is bounded only by the
-// client's read timeout).
-func (g *RedlockGroup) call(i int, op func(ctx context.Context, c redis.UniversalClient) nodeResult) nodeResult {
-	ctx, cancel := context.WithTimeout(context.Background(), g.nodeTimeout)
-	ch := make(chan nodeResult, 1)
-	go func() {
-		r := op(ctx, g.nodes[i])
-		r.i = i
-		ch <- r
-		cancel()
-	}()
-	select {
-	case r := <-ch:
-		return r
-	case <-ctx.Done():
-		select {
-		case r := <-ch: // finished at the same instant: its answer stands
-			return r
-		default:
-		}
-		return nodeResult{i: i, out: nodeFailed, err: fmt.Errorf("%w (%v)", ErrNodeTimeout, g.nodeTimeout)}
+// fan is one operation sent to several nodes at once, all bounded by one
+// deadline (the node timeout from when they were sent): an answer after it
+// counts as failed. With go-redis's default options a written command is
+// bounded only by the client's read timeout, so a command can run after the
+// deadline: its goroutine goes on alone and its answer is dropped.
+type fan struct {
+	results chan nodeResult
+	ctx     context.Context // the ops' context: done at the deadline, or once every op returned
+	nodes   []int
+	cancel  context.CancelFunc
+}
+
+// fanOut runs op on each of nodes in a goroutine of its own, after wait(i)
+// when wait is not nil. Every op gets one context with the fan's deadline
+// (extra + the node timeout from now), which bounds what go-redis waits for
+// before sending (a pool connection, a dial); it is cancelled once every op
+// returned, after its answer was queued.
+func (g *RedlockGroup) fanOut(nodes []int, extra time.Duration, wait func(i int), op func(ctx context.Context, i int, c redis.UniversalClient) nodeResult) *fan {
+	ctx, cancel := context.WithTimeout(context.Background(), extra+g.nodeTimeout)
+	f := &fan{results: make(chan nodeResult, len(nodes)), ctx: ctx, nodes: nodes, cancel: cancel}
+	var left atomic.Int32
+	left.Store(int32(len(nodes)))
+	for _, i := range nodes {
+		go func() {
+			if wait != nil {
+				wait(i)
+			}
+			r := op(ctx, i, g.nodes[i])
+			r.i = i
+			f.results <- r
+			if left.Add(-1) == 0 {
+				f.cancel()
+			}
+		}()
 	}
+	return f
+}
+
+// gather reads the fan's answers into t until decided(t), every node
+// answered, or the deadline passed (the nodes that had not answered then
+// count as failed). It returns false when ctx ended first.
+func (g *RedlockGroup) gather(ctx context.Context, f *fan, t *tally, decided func(*tally) bool) bool {
+	for answered := 0; answered < len(f.nodes); answered++ {
+		select {
+		case r := <-f.results:
+			t.add(r)
+		case <-f.ctx.Done():
+			// The deadline, or every op returned (their answers are queued).
+			for {
+				select {
+				case r := <-f.results:
+					t.add(r)
+					continue
+				default:
+				}
+				break
+			}
+			for _, i := range f.nodes {
+				if !t.seen[i] {
+					t.add(nodeResult{i: i, out: nodeFailed, err: fmt.Errorf("%w (%v)", ErrNodeTimeout, g.nodeTimeout)})
+				}
+			}
+			return true
+		case <-ctx.Done():
+			return false
+		}
+		if decided != nil && decided(t) {
+			return true
+		}
+	}
+	return true
+}
+
+// majority decides once a quorum confirmed or can no longer.
+func (g *RedlockGroup) majority(t *tally) bool {
+	return t.confirmed >= g.quorum || t.contended+t.failed > len(g.nodes)-g.quorum
 }
 
 // tally counts the answers of a fan-out.
@@ -312,24 +365,6 @@ func (t *tally) add(r nodeResult) {
 		t.failed++
 		t.errs[r.i] = r.err
 	}
-}
-
-// collect reads answers until a quorum confirmed, a quorum became impossible
-// or every node answered, or ctx ended (false).
-func (g *RedlockGroup) collect(ctx context.Context, results <-chan nodeResult, pending int, t *tally) bool {
-	n := len(g.nodes)
-	for range pending {
-		select {
-		case r := <-results:
-			t.add(r)
-		case <-ctx.Done():
-			return false
-		}
-		if t.confirmed >= g.quorum || t.contended+t.failed > n-g.quorum {
-			return true
-		}
-	}
-	return true
 }
 
 func (g *RedlockGroup) failure(op, key string, t *tally, elapsed, validity time.Duration, reason error) *RedlockError {
@@ -385,24 +420,19 @@ func (g *RedlockGroup) TryAcquire(ctx context.Context, key string, ttl time.Dura
 	ms := ttl.Milliseconds()
 	start := time.Now()
 	l.acqDeadline = start.Add(g.nodeTimeout)
-	results := make(chan nodeResult, n)
-	for i := range n {
-		go func() {
-			results <- g.call(i, func(ctx context.Context, c redis.UniversalClient) nodeResult {
-				r := acquireOn(ctx, c, key, l.ownerArg, ms)
-				close(l.inflight[i])
-				if r.out == nodeConfirmed && l.isOver() {
-					// The node set the token after the attempt failed or the
-					// lease was released: a clean-up sent before may have
-					// overtaken it on the way (a stalled client, jitter).
-					l.releaseOn([]int{i}, 0, "late acquisition reply")
-				}
-				return r
-			})
-		}()
-	}
+	f := g.fanOut(l.allNodes(), 0, nil, func(ctx context.Context, i int, c redis.UniversalClient) nodeResult {
+		r := acquireOn(ctx, c, key, l.ownerArg, ms)
+		close(l.inflight[i])
+		if r.out == nodeConfirmed && l.isOver() {
+			// The node set the token after the attempt failed or the lease
+			// was released: a clean-up sent before may have overtaken it
+			// on the way (a stalled client, jitter).
+			l.releaseOn([]int{i}, 0, "late acquisition reply")
+		}
+		return r
+	})
 	t := newTally(n)
-	if !g.collect(ctx, results, n, t) {
+	if !g.gather(ctx, f, t, g.majority) {
 		g.m.add(ctx, g.m.uncertain, "redlock", "acquire")
 		g.logger.WarnContext(ctx, "prim: redlock acquisition abandoned (context ended); its token is released in the background",
 			"key", key, "err", ctx.Err())
@@ -415,7 +445,6 @@ func (g *RedlockGroup) TryAcquire(ctx context.Context, key string, ttl time.Dura
 	if t.confirmed >= g.quorum && validity > 0 {
 		l.acquiredOn = t.confirmed
 		l.deadline = start.Add(ttl - g.DriftAllowance(ttl))
-		l.start()
 		g.m.add(ctx, g.m.acquire, "redlock", "acquired")
 		return l, nil
 	}
@@ -451,24 +480,28 @@ func cleanupNodes(t *tally) []int {
 }
 
 // acquireOn sets the owner token on one node unless the key exists: SET key
-// token NX GET PX ms (Redis 7.0+, Valkey). Its reply is the previous value:
-// none (nil) — set; our own token — ours already; another — held elsewhere,
-// nothing written. The command is never resent (a lost reply is a failed node
-// whose token the attempt's clean-up removes).
+// token NX PX ms, the command every Redlock sends. "OK": set; nil: the key
+// exists, held by another owner (the token is new to this attempt and each
+// node is sent it once, so it cannot be ours). It is never resent: a resend
+// after a lost reply would answer nil for our own token. A lost reply is a
+// failed node whose token the attempt's clean-up removes.
 func acquireOn(ctx context.Context, c redis.UniversalClient, key string, owner any, ms int64) nodeResult {
-	cmd := redis.NewCmd(ctx, "set", key, owner, "nx", "get", "px", ms)
-	_ = c.Process(ctx, noRetryCmd{cmd})
-	v, err := cmd.Result()
-	switch {
+	cmd := redis.NewStatusCmd(ctx, "set", key, owner, "nx", "px", ms)
+	_ = c.Process(ctx, noRetryStatus{cmd})
+	switch err := cmd.Err(); {
 	case errors.Is(err, redis.Nil):
-		return nodeResult{out: nodeConfirmed}
+		return nodeResult{out: nodeContended}
 	case err != nil:
 		return nodeResult{out: nodeFailed, err: serverError(err)}
-	case v == owner:
-		return nodeResult{out: nodeConfirmed}
 	}
-	return nodeResult{out: nodeContended}
+	return nodeResult{out: nodeConfirmed}
 }
+
+// noRetryStatus is a StatusCmd go-redis never resends once written.
+type noRetryStatus struct{ *redis.StatusCmd }
+
+// NoRetry implements redis.Cmder.
+func (noRetryStatus) NoRetry() bool { return true }
 
 // RedlockLease is a held quorum lease of a RedlockGroup. It has no fencing
 // token: see the package documentation, "Redlock". Its methods are safe for
@@ -506,10 +539,12 @@ func (l *RedlockLease) OwnerToken() string { return l.owner }
 // returned (at least the quorum; slower nodes may have set it since).
 func (l *RedlockLease) AcquiredOn() int { return l.acquiredOn }
 
-func (l *RedlockLease) start() {
+// arm starts the timer that closes done at the deadline, the first time
+// anyone asks for done (Done, Context): a lease nobody watches costs no timer.
+func (l *RedlockLease) arm() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.ended {
+	if !l.ended && l.timer == nil {
 		l.timer = time.AfterFunc(time.Until(l.deadline), l.onDeadline)
 	}
 }
@@ -577,16 +612,20 @@ func (l *RedlockLease) State() State {
 
 // Done is closed when ownership ends: the estimate ran out, a renewal ended
 // the lease, or it was released. Stop protected work then.
-func (l *RedlockLease) Done() <-chan struct{} { return l.done }
+func (l *RedlockLease) Done() <-chan struct{} {
+	l.arm()
+	return l.done
+}
 
 // Context returns a context derived from parent that is cancelled, with cause
 // ErrOwnershipEnded, when Done is closed. Call the CancelFunc when the work is
 // over.
 func (l *RedlockLease) Context(parent context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(parent)
+	done := l.Done()
 	go func() {
 		select {
-		case <-l.done:
+		case <-done:
 			cancel(ErrOwnershipEnded)
 		case <-ctx.Done():
 		}
@@ -642,23 +681,18 @@ func (l *RedlockLease) Renew(ctx context.Context, ttl time.Duration) (bool, erro
 	n := len(g.nodes)
 	ms := ttl.Milliseconds()
 	start := time.Now()
-	results := make(chan nodeResult, n)
-	for i := range n {
-		go func() {
-			results <- g.call(i, func(ctx context.Context, c redis.UniversalClient) nodeResult {
-				v, err := evalScript(ctx, c, scriptLeaseRenew, true, []string{l.key}, l.ownerArg, ms).Int64()
-				switch {
-				case err != nil:
-					return nodeResult{out: nodeFailed, err: serverError(err)}
-				case v == 1:
-					return nodeResult{out: nodeConfirmed}
-				}
-				return nodeResult{out: nodeContended}
-			})
-		}()
-	}
+	f := g.fanOut(l.allNodes(), 0, nil, func(ctx context.Context, _ int, c redis.UniversalClient) nodeResult {
+		v, err := evalScript(ctx, c, scriptLeaseRenew, true, []string{l.key}, l.ownerArg, ms).Int64()
+		switch {
+		case err != nil:
+			return nodeResult{out: nodeFailed, err: serverError(err)}
+		case v == 1:
+			return nodeResult{out: nodeConfirmed}
+		}
+		return nodeResult{out: nodeContended}
+	})
 	t := newTally(n)
-	if !g.collect(ctx, results, n, t) {
+	if !g.gather(ctx, f, t, g.majority) {
 		g.m.add(ctx, g.m.renew, "redlock", "cancelled")
 		l.end("the renewal's context ended")
 		return false, fmt.Errorf("prim: redlock renew %q ended the lease: %w", l.key, ctx.Err())
@@ -714,29 +748,42 @@ func (l *RedlockLease) allNodes() []int {
 // not reach keep the token until it expires: that is logged.
 func (l *RedlockLease) releaseOn(nodes []int, need int, why string) *tally {
 	g := l.g
-	results := make(chan nodeResult, len(nodes))
+	var extra time.Duration
 	for _, i := range nodes {
-		go func() {
-			select {
-			case <-l.inflight[i]:
-			case <-time.After(time.Until(l.acqDeadline)):
-			}
-			results <- g.call(i, func(ctx context.Context, c redis.UniversalClient) nodeResult {
-				_, err := evalScript(ctx, c, scriptLeaseRelease, false, []string{l.key}, l.ownerArg).Int64()
-				if err != nil {
-					return nodeResult{out: nodeFailed, err: serverError(err)}
-				}
-				return nodeResult{out: nodeConfirmed}
-			})
-		}()
-	}
-	t := newTally(len(g.nodes))
-	for range nodes {
-		t.add(<-results)
-		if need > 0 && (t.confirmed >= need || t.failed > len(nodes)-need) {
-			break
+		select {
+		case <-l.inflight[i]:
+		default:
+			extra = max(extra, time.Until(l.acqDeadline))
 		}
 	}
+	wait := func(i int) {
+		select {
+		case <-l.inflight[i]:
+			return
+		default:
+		}
+		if d := time.Until(l.acqDeadline); d > 0 {
+			t := time.NewTimer(d)
+			defer t.Stop()
+			select {
+			case <-l.inflight[i]:
+			case <-t.C:
+			}
+		}
+	}
+	f := g.fanOut(nodes, extra, wait, func(ctx context.Context, _ int, c redis.UniversalClient) nodeResult {
+		_, err := evalScript(ctx, c, scriptLeaseRelease, false, []string{l.key}, l.ownerArg).Int64()
+		if err != nil {
+			return nodeResult{out: nodeFailed, err: serverError(err)}
+		}
+		return nodeResult{out: nodeConfirmed}
+	})
+	t := newTally(len(g.nodes))
+	var decided func(*tally) bool
+	if need > 0 {
+		decided = func(t *tally) bool { return t.confirmed >= need || t.failed > len(nodes)-need }
+	}
+	g.gather(context.Background(), f, t, decided)
 	if need == 0 && t.failed > 0 {
 		g.logger.Warn("prim: redlock clean-up did not reach every node; the token stays there until it expires",
 			"key", l.key, "why", why, "failed", t.failed, "err", errors.Join(t.errs...))

@@ -75,8 +75,11 @@ func forEachSet(t *testing.T, f func(t *testing.T, e *rlEnv)) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ns := strings.NewReplacer("/", ":", " ", "_").Replace(t.Name()) + ":"
-			f(t, &rlEnv{topo: topo, ns: ns, peer: fmt.Sprintf("p%d", peerSeq.Add(1))})
+			// The keys are the test's and the peer's: a test run again (-count)
+			// in the same process finds none of the last run's.
+			peer := fmt.Sprintf("p%d", peerSeq.Add(1))
+			ns := strings.NewReplacer("/", ":", " ", "_").Replace(t.Name()) + ":" + peer + ":"
+			f(t, &rlEnv{topo: topo, ns: ns, peer: peer})
 		})
 	}
 }
@@ -102,7 +105,9 @@ func (e *rlEnv) clientsAs(t testing.TB, peer string, n int) []redis.UniversalCli
 	return out
 }
 
-func (e *rlEnv) clients(t testing.TB, n int) []redis.UniversalClient { return e.clientsAs(t, e.peer, n) }
+func (e *rlEnv) clients(t testing.TB, n int) []redis.UniversalClient {
+	return e.clientsAs(t, e.peer, n)
+}
 
 func (e *rlEnv) admin(i int) *redis.Client { return e.topo.Node(nodeName(i)).Admin() }
 
@@ -349,7 +354,7 @@ func TestRedlockSlowNode(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				time.Sleep(400 * time.Millisecond) // what was on its way before the cut has landed
+				time.Sleep(400 * time.Millisecond)  // what was on its way before the cut has landed
 				if err := slow.Heal(); err != nil { // closes r3's connections: the SET's reply is lost for good
 					t.Fatal(err)
 				}
@@ -461,6 +466,10 @@ func TestRedlockRenewal(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// TryAcquire returned at a majority; let the third node's SET land.
+			if !eventually(5*time.Second, func() bool { return count(e.holders(ctx, key, 3), l.OwnerToken()) == 3 }) {
+				t.Fatalf("holders %q", e.holders(ctx, key, 3))
+			}
 			l2, l3 := e.link(t, 1), e.link(t, 2)
 			if err := l2.Partition(); err != nil {
 				t.Fatal(err)
@@ -503,8 +512,9 @@ func TestRedlockRenewal(t *testing.T) {
 			if !eventually(10*time.Second, func() bool { ok, _ := l.Release(ctx); return ok }) {
 				t.Fatal("release retry after healing never reached a quorum")
 			}
-			if h := e.holders(ctx, key, 3); count(h, "") != 3 {
-				t.Fatalf("holders %q after the retried release", h)
+			// It returned at a majority; the third node follows.
+			if !eventually(5*time.Second, func() bool { return count(e.holders(ctx, key, 3), "") == 3 }) {
+				t.Fatalf("holders %q after the retried release", e.holders(ctx, key, 3))
 			}
 		})
 
@@ -566,9 +576,10 @@ func TestRedlockExclusion(t *testing.T) {
 		ctx := ctxT(t, 3*time.Minute)
 		key := e.k("x")
 		var (
-			holder   atomic.Pointer[string]
-			acquired atomic.Int64
-			wg       sync.WaitGroup
+			holder        atomic.Pointer[string]
+			acquired      atomic.Int64
+			releaseFailed atomic.Int64
+			wg            sync.WaitGroup
 		)
 		for p := range 8 {
 			g := group(t, e.clientsAs(t, fmt.Sprintf("%s-%d", e.peer, p), 3))
@@ -594,8 +605,13 @@ func TestRedlockExclusion(t *testing.T) {
 						t.Errorf("held by %s but the nodes hold %q", owner, h)
 					}
 					holder.Store(nil) // before the release: the next owner may come at once
-					if ok, err := l.Release(ctx); !ok || err != nil {
+					// On a loaded machine a release can miss the 100ms node
+					// timeout on a majority: the lease has ended all the same
+					// and its token expires; exclusion is what is checked.
+					if ok, err := l.Release(ctx); !ok && !errors.Is(err, prim.ErrNoQuorum) {
 						t.Errorf("release: %v %v", ok, err)
+					} else if !ok {
+						releaseFailed.Add(1)
 					}
 				}
 			}()
@@ -604,7 +620,7 @@ func TestRedlockExclusion(t *testing.T) {
 		if acquired.Load() == 0 {
 			t.Fatal("no attempt acquired")
 		}
-		t.Logf("%d of 800 attempts acquired", acquired.Load())
+		t.Logf("%d of 800 attempts acquired, %d releases reached no quorum", acquired.Load(), releaseFailed.Load())
 	})
 }
 
@@ -686,6 +702,9 @@ func TestRedlockBadInput(t *testing.T) {
 		l, err := g.TryAcquire(ctx, e.k("held"), 10*time.Second)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if !eventually(5*time.Second, func() bool { return count(e.holders(ctx, e.k("held"), 3), l.OwnerToken()) == 3 }) {
+			t.Fatalf("holders %q", e.holders(ctx, e.k("held"), 3))
 		}
 		p := e.admin(0).PTTL(ctx, e.k("held")).Val()
 		if ok, err := l.Renew(ctx, 1500*time.Microsecond); ok || !errors.Is(err, prim.ErrInvalidTTL) {
