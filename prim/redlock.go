@@ -380,7 +380,7 @@ func (g *RedlockGroup) failure(op, key string, t *tally, elapsed, validity time.
 
 // TryAcquire takes the quorum lease of key for ttl at once, or fails; it never
 // waits or retries. One random owner token is set on every node in parallel
-// (SET key token NX GET PX ttl, each bounded by the node timeout); the lease
+// (SET key token NX PX ttl, each bounded by the node timeout); the lease
 // is acquired when a majority set it and its validity — ttl less the time from
 // before the first request was sent to the majority's last answer, less the
 // drift allowance — is positive. It returns as soon as a majority confirmed:
@@ -389,8 +389,8 @@ func (g *RedlockGroup) failure(op, key string, t *tally, elapsed, validity time.
 //
 // A failed attempt releases its token (owner-checked) on every node that may
 // have it — all but the nodes that answered "held by another owner" — before
-// it returns; a node that does not answer within the node timeout keeps it
-// until the ttl. The error is a *RedlockError matching ErrNotAcquired and its
+// it returns, and once more on a node whose reply comes later and says it set
+// the token; a node that cannot be reached keeps it until the ttl. The error is a *RedlockError matching ErrNotAcquired and its
 // reason: ErrNotAcquired alone (contention: other owners' leases alone leave no
 // majority), ErrNoQuorum (failed or slow nodes leave none), ErrValidityExpired
 // (a majority, too late).
@@ -443,8 +443,10 @@ func (g *RedlockGroup) TryAcquire(ctx context.Context, key string, ttl time.Dura
 	elapsed := time.Since(start)
 	validity := ttl - elapsed - g.DriftAllowance(ttl)
 	if t.confirmed >= g.quorum && validity > 0 {
+		l.mu.Lock()
 		l.acquiredOn = t.confirmed
 		l.deadline = start.Add(ttl - g.DriftAllowance(ttl))
+		l.mu.Unlock()
 		g.m.add(ctx, g.m.acquire, "redlock", "acquired")
 		return l, nil
 	}
