@@ -49,7 +49,11 @@ func redlockImpls(ctx context.Context) []redlockImpl {
 	}
 	return []redlockImpl{
 		{"prim", func(b *testing.B, cs []redis.UniversalClient, key string) func() (time.Duration, error) {
-			g, err := prim.NewRedlockGroup(cs) // default options
+			// The node timeout is redsync's default for this expiry (0.05 ×
+			// 10s): the same bound for both, and one that a run on a loaded
+			// two-core machine (16 goroutines, five servers) does not hit,
+			// where prim's default 100ms was seen to.
+			g, err := prim.NewRedlockGroup(cs, prim.WithNodeTimeout(500*time.Millisecond))
 			if err != nil {
 				b.Fatal(err)
 			}
