@@ -1,9 +1,11 @@
 package servertest_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/coordtorture/coordtorture/prim"
 	"github.com/coordtorture/coordtorture/testbed"
@@ -540,6 +543,70 @@ func TestRedlockRenewal(t *testing.T) {
 			}
 		})
 
+		t.Run("release queued behind a renewal", func(t *testing.T) {
+			// A 1s node timeout: the renewal is slowed on purpose and must
+			// still succeed.
+			g := group(t, e.clients(t, 3), prim.WithNodeTimeout(time.Second))
+			key := e.k("queued")
+			l, err := g.TryAcquire(ctx, key, 30*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 3 {
+				if err := e.link(t, i).Latency(150*time.Millisecond, 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			renewed := make(chan error, 1)
+			go func() {
+				ok, err := l.Renew(ctx, 30*time.Second)
+				if err == nil && !ok {
+					err = errors.New("not renewed")
+				}
+				renewed <- err
+			}()
+			time.Sleep(50 * time.Millisecond) // the renewal is on its way
+			rctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+			defer cancel()
+			ok, err := l.Release(rctx)
+			if ok || !errors.Is(err, prim.ErrReleasePending) {
+				t.Fatalf("release behind a renewal with a 10ms context: %v %v, want ErrReleasePending", ok, err)
+			}
+			if l.State() != prim.StateReleased {
+				t.Fatalf("state %v after the release was queued", l.State())
+			}
+			if err := <-renewed; err != nil {
+				t.Fatalf("the renewal in flight: %v", err)
+			}
+			// The queued release runs after the renewal, whatever its context.
+			if !eventually(10*time.Second, func() bool { return count(e.holders(ctx, key, 3), "") == 3 }) {
+				t.Fatalf("holders %q: the queued release did not run", e.holders(ctx, key, 3))
+			}
+		})
+
+		t.Run("close", func(t *testing.T) {
+			key := e.k("close")
+			l, err := g.TryAcquire(ctx, key, 30*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if l.State() != prim.StateReleased {
+				t.Fatalf("state %v after Close", l.State())
+			}
+			if !eventually(5*time.Second, func() bool { return count(e.holders(ctx, key, 3), "") == 3 }) {
+				t.Fatalf("holders %q after Close", e.holders(ctx, key, 3))
+			}
+			if ok, err := l.Release(ctx); !ok || err != nil {
+				t.Fatalf("release after Close: %v %v", ok, err)
+			}
+		})
+
 		t.Run("cancelled", func(t *testing.T) {
 			key := e.k("cancel")
 			l, err := g.TryAcquire(ctx, key, 30*time.Second)
@@ -715,4 +782,73 @@ func TestRedlockBadInput(t *testing.T) {
 		}
 		l.Release(ctx)
 	})
+}
+
+// TestRedlockMetricsAndLogger: WithMeterProvider and WithLogger apply to a
+// group: its acquisitions, renewals and releases are counted (primitive
+// "redlock", by result) and a lease a renewal ends is logged at Warn.
+func TestRedlockMetricsAndLogger(t *testing.T) {
+	forEachSet(t, func(t *testing.T, e *rlEnv) {
+		ctx := ctxT(t, time.Minute)
+		reader := sdkmetric.NewManualReader()
+		var logs bytes.Buffer
+		var logMu sync.Mutex
+		logger := slog.New(slog.NewTextHandler(lockedWriter{&logs, &logMu}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		g := group(t, e.clients(t, 3), prim.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))),
+			prim.WithLogger(logger))
+		key := e.k("m")
+		l, err := g.TryAcquire(ctx, key, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := g.TryAcquire(ctx, key, 10*time.Second); !errors.Is(err, prim.ErrNotAcquired) {
+			t.Fatal(err)
+		}
+		if ok, err := l.Renew(ctx, 10*time.Second); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		if ok, err := l.Release(ctx); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		l2, err := g.TryAcquire(ctx, key, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 {
+			e.admin(i).Del(ctx, key)
+		}
+		if ok, err := l2.Renew(ctx, 10*time.Second); ok || err != nil {
+			t.Fatalf("renew of a deleted lease: %v %v", ok, err)
+		}
+		for _, c := range []struct {
+			name, result string
+			want         int64
+		}{
+			{"prim.lock.acquire", "acquired", 2},
+			{"prim.lock.acquire", "contended", 1},
+			{"prim.lock.renew", "renewed", 1},
+			{"prim.lock.renew", "not-owned", 1},
+			{"prim.lock.release", "released", 1},
+		} {
+			if got := counterSum(t, reader, c.name, map[string]string{"primitive": "redlock", "result": c.result}); got != c.want {
+				t.Errorf("%s{result=%s} = %d, want %d", c.name, c.result, got, c.want)
+			}
+		}
+		logMu.Lock()
+		defer logMu.Unlock()
+		if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "redlock lease ended") {
+			t.Errorf("the ended lease was not logged through WithLogger's logger:\n%s", logs.String())
+		}
+	})
+}
+
+type lockedWriter struct {
+	w  *bytes.Buffer
+	mu *sync.Mutex
+}
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.w.Write(p)
 }
