@@ -387,6 +387,11 @@
 // it leave fewer than a majority — with three nodes, one more node down. A
 // node unreachable during clean-up keeps the token until it expires too.
 //
+// Each node is sent SET to acquire, the renewal script (GET, PEXPIRE) to
+// renew and the release script (GET, DEL) to release — on every server of the
+// matrix, Redis 7.0+ and Valkey 8+ — so its ACL user needs SET, EVALSHA and
+// EVAL; none of these is ever resent but the renewal, which is idempotent.
+//
 // Use Redlock where an occasional double grant costs efficiency, not
 // correctness. Where a stale owner must be rejected, use a fencing-token lock
 // on one deployment ([Coordinator.TryAcquireFencedLock]) with a resource that
