@@ -63,17 +63,21 @@ type Coordinator struct {
 	// limiters is the rate-limiter factory, made with the Coordinator (New)
 	// or the view (WithPrefix) and never changed; each view has its own.
 	limiters *RateLimiters
+	// rl holds the options that only NewRedlockGroup reads (WithNodeTimeout,
+	// WithClockDriftFactor); New ignores them.
+	rl redlockConfig
 }
 
 // Option configures a Coordinator.
 type Option func(*Coordinator)
 
 // WithLogger sets the logger (default: slog.Default()). Uncertain outcomes and
-// failed clean-ups are logged at Warn, ordinary outcomes at Debug.
+// failed clean-ups are logged at Warn, ordinary outcomes at Debug. It applies
+// to New and to NewRedlockGroup.
 func WithLogger(l *slog.Logger) Option { return func(c *Coordinator) { c.logger = l } }
 
 // WithMeterProvider records counters through an OpenTelemetry meter provider
-// (default: none).
+// (default: none). It applies to New and to NewRedlockGroup.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(c *Coordinator) { c.meter = mp.Meter("github.com/coordtorture/coordtorture/prim") }
 }

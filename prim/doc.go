@@ -3,7 +3,8 @@
 // waiting acquisition on invalidations, named hash-field leases, read-write
 // leases, countdown latches, counting semaphores and fixed-window,
 // sliding-window and token-bucket rate limiters (with a net/http middleware in
-// package ratelimithttp); Redlock as it lands.
+// package ratelimithttp) and Redlock quorum leases across independent
+// deployments.
 //
 // # Coordinator
 //
@@ -337,6 +338,67 @@
 // is lost (else it expires after its duration). One key, one slot: Cluster needs
 // no hash tags. Asynchronous failover can restore older owner sets: this is
 // not consensus.
+//
+// # Redlock
+//
+// [NewRedlockGroup] takes an odd number, at least three, of clients of
+// independent deployments (it never closes them); [RedlockGroup.TryAcquire]
+// sets one random owner token on every node in parallel (SET NX PX, each
+// command bounded by [WithNodeTimeout], default [DefaultNodeTimeout]) and
+// holds the lease when a majority set it with positive validity: the ttl, less
+// the time from before the first request to the majority's last answer, less
+// the drift allowance (ttl × [WithClockDriftFactor], default 0.01, plus 2ms:
+// the Redlock description's figures). It returns as soon as a majority
+// answered, so it costs about one round trip to the slowest member of the
+// fastest majority. A failed attempt removes its token (owner-checked) from
+// every node that may have it before it returns. [RedlockLease.Renew] renews
+// on a quorum or ends the lease (a partial renewal leaves nodes with
+// different expiries), [RedlockLease.Release] removes the token everywhere and
+// reports whether a majority answered, [RedlockLease.RemainingEstimate] is the
+// local validity estimate.
+//
+// Redlock is not consensus, and it gives no fencing token. The nodes never
+// talk to each other: each grants on its own clock and forgets on its own
+// clock, and a majority is only a majority at the instant of its answers.
+// Nothing orders one lease after another, so there is no number a protected
+// resource could compare to reject a stale holder — and a stale holder is the
+// ordinary case, not a corner one: a client whose process stalls (a GC pause,
+// a page fault, a VM descheduled) or whose request sits in a network queue
+// keeps believing it holds a lease that expired on the nodes and was granted
+// to someone else, and its late write lands beside the new owner's. Martin
+// Kleppmann's critique of Redlock makes this point: the local estimate cannot
+// protect against pauses that happen after it was read, and the algorithm
+// assumes bounded network delay, bounded pauses and clocks that run at nearly
+// the same rate — a server whose clock jumps forward (an NTP step, an
+// operator) expires the key early and grants it again while the first owner
+// is within its validity. A node restarted without persistence (or from a
+// snapshot older than the grant) comes back without the key, so a majority
+// for a second owner can form from it and the nodes that never saw the first
+// grant; keep nodes down for longer than the longest ttl after a crash, or
+// run them with appendfsync always. Asynchronous replication behind a node
+// (a failover client as a member) loses grants the same way.
+//
+// A node that does not answer within the node timeout counts as failed, but
+// its command may still reach it. The clean-up of a node whose acquisition is
+// still in flight waits for it (up to the node timeout) so that it does not
+// overtake it on the way, and when a node's reply comes after the attempt
+// failed or the lease was released and says it set the token, the token is
+// released there once more. But a command can land after the clean-up (a
+// client stalled, packets delayed unevenly) and its reply be lost: that node
+// then keeps the token until the ttl, and until then the next attempts on that
+// key reach no quorum (ErrNoQuorum) as soon as the other unavailable nodes and
+// it leave fewer than a majority — with three nodes, one more node down. A
+// node unreachable during clean-up keeps the token until it expires too.
+//
+// Each node is sent SET to acquire, the renewal script (GET, PEXPIRE) to
+// renew and the release script (GET, DEL) to release — on every server of the
+// matrix, Redis 7.0+ and Valkey 8+ — so its ACL user needs SET, EVALSHA and
+// EVAL; none of these is ever resent but the renewal, which is idempotent.
+//
+// Use Redlock where an occasional double grant costs efficiency, not
+// correctness. Where a stale owner must be rejected, use a fencing-token lock
+// on one deployment ([Coordinator.TryAcquireFencedLock]) with a resource that
+// checks the token, or a consensus-backed lock service.
 //
 // # Countdown latches
 //

@@ -34,6 +34,21 @@ func TestMain(m *testing.M) {
 		c := redis.NewClient(&redis.Options{Addr: s.Addr})
 		defer c.Close()
 		exampleClient = c
+		// The Redlock example needs three deployments: this one and two more.
+		redlockClients = []redis.UniversalClient{c}
+		for range 2 {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			s, err := localserver.Start(ctx, build)
+			cancel()
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			defer s.Close()
+			rc := redis.NewClient(&redis.Options{Addr: s.Addr})
+			defer rc.Close()
+			redlockClients = append(redlockClients, rc)
+		}
 		return m.Run()
 	}())
 }

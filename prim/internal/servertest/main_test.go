@@ -42,6 +42,7 @@ func TestMain(m *testing.M) {
 				s.Close()
 			}
 			serversMu.Unlock()
+			closeSets()
 		}()
 		return m.Run()
 	}()
