@@ -77,6 +77,11 @@ const (
 	ValueAlreadyReleased = "already_released"
 	// ValueNotOwned: a release that found another owner's lease.
 	ValueNotOwned = "not_owned"
+	// ValueGone: a release after which the caller's token is certainly gone
+	// (a Redlock release answered by a quorum: removed, already absent or
+	// another owner's on each), saying nothing of whether it still held the
+	// lease: neither a proof of holding nor a denial.
+	ValueGone = "gone"
 	// ValueTrue: a latch wait that saw its generation reach zero.
 	ValueTrue = "true"
 	// ValueFalse: a latch wait whose generation was replaced or deleted.

@@ -28,6 +28,7 @@ var leakKeys = map[string]string{
 	"semaphore":    semKey,
 	"latch":        latchPrefix, // every round's latch is deleted: nothing may remain
 	"rwlock":       rwKeyPrefix,
+	"redlock":      redlockKey,
 }
 
 // leakKey returns the key the scenario's leak scan looks for ("" when its

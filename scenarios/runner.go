@@ -87,6 +87,14 @@ type External struct {
 // Waiter. A workload that calls prim directly would test prim and pass the
 // mutant.
 func (s *Scenario) Supports(impl string) bool {
+	if s.Redlock {
+		// A Redlock scenario runs the Redlock implementations.
+		_, ok := lookupRedlock(impl)
+		return ok
+	}
+	if _, ok := redlockImpls[impl]; ok {
+		return false // a Redlock mutant is no single-server lock
+	}
 	if s.Latches {
 		// A latch scenario runs the countdown latch implementations.
 		_, ok := lookupLatch(impl)
@@ -261,7 +269,14 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	var sem SemImpl
 	var latch LatchImpl
 	var rw RWImpl
-	if s.Latches {
+	var rl RedlockImpl
+	if s.Redlock {
+		l, ok := lookupRedlock(cfg.Impl)
+		if !ok {
+			return nil, fmt.Errorf("scenarios: %s runs Redlock; %q is none (prim, redsync, or a mutant: %v)", s.Name, cfg.Impl, RedlockMutants())
+		}
+		rl, impl = l, asRedlockLock{l}
+	} else if s.Latches {
 		l, ok := lookupLatch(cfg.Impl)
 		if !ok {
 			return nil, fmt.Errorf("scenarios: %s runs countdown latches; %q is none (prim, or a mutant: %v)", s.Name, cfg.Impl, LatchMutants())
@@ -308,7 +323,7 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	if err := s.Runnable(cfg.External != nil); err != nil {
 		return nil, fmt.Errorf("scenarios: %w", err)
 	}
-	env := &Env{Impl: impl, Limiter: limiter, Sem: sem, Latch: latch, RW: rw, Seed: cfg.Seed, TTL: cfg.TTL, Log: cfg.Logger,
+	env := &Env{Impl: impl, Limiter: limiter, Sem: sem, Latch: latch, RW: rw, Redlock: rl, Seed: cfg.Seed, TTL: cfg.TTL, Log: cfg.Logger,
 		Resource: &Resource{Fencing: impl.Fenced()}}
 	if r, ok := impl.(interface{ ResourceFencing() bool }); ok {
 		env.Resource.Fencing = r.ResourceFencing()
@@ -323,6 +338,9 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 		l.setLogger(cfg.Logger)
 	}
 	if l, ok := rw.(interface{ setLogger(*slog.Logger) }); ok {
+		l.setLogger(cfg.Logger)
+	}
+	if l, ok := rl.(interface{ setLogger(*slog.Logger) }); ok {
 		l.setLogger(cfg.Logger)
 	}
 	buildName, provider, target := "", "local", ""
@@ -361,7 +379,7 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 			if s.ClientTimeout > 0 {
 				timeout = s.ClientTimeout
 			}
-			c, err := topo.Client(testbed.AsPeer(Peer(i)), testbed.WithTimeout(timeout),
+			opts := []testbed.ClientOption{testbed.AsPeer(Peer(i)), testbed.WithTimeout(timeout),
 				testbed.WithOptions(func(o *redis.UniversalOptions) {
 					if cfg.Hardened {
 						o.MaxRetries = -1
@@ -376,7 +394,23 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 					// notifications), so the workload's clients skip it; prim's
 					// own tests keep the default (TestDedicatedFirstUseConcurrent).
 					o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
-				}))
+				})}
+			if s.Topo.Kind == testbed.KindIndependent {
+				// One client per node (the process's own link to each).
+				var nodes []redis.UniversalClient
+				for _, n := range topo.Nodes() {
+					c, err := topo.NodeClient(n.Name, opts...)
+					if err != nil {
+						return nil, err
+					}
+					c.AddHook(ownerHook{})
+					nodes = append(nodes, c)
+				}
+				env.NodeClients = append(env.NodeClients, nodes)
+				env.Clients = append(env.Clients, nodes[0])
+				continue
+			}
+			c, err := topo.Client(opts...)
 			if err != nil {
 				return nil, err
 			}
@@ -385,8 +419,11 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	}
 	for i := 0; i < cfg.Clients; i++ {
 		env.rands = append(env.rands, mrand.New(mrand.NewPCG(uint64(cfg.Seed), uint64(i)+1)))
-		// Acquisitions learn the owner they sent from their commands.
-		env.Clients[i].AddHook(ownerHook{})
+		// Acquisitions learn the owner they sent from their commands (an
+		// independent set's node clients have the hook already).
+		if env.NodeClients == nil {
+			env.Clients[i].AddHook(ownerHook{})
+		}
 	}
 	events := []Event(nil)
 	if s.Nemesis != nil {
@@ -632,6 +669,8 @@ func startTopology(ctx context.Context, t Topology, cfg Config) (*testbed.Topolo
 		return testbed.NewReplicated(ctx, cfg.Build, t.Replicas, t.Sentinels, opts...)
 	case testbed.KindCluster:
 		return testbed.NewCluster(ctx, cfg.Build, t.Primaries, t.ReplicasPerPrimary, opts...)
+	case testbed.KindIndependent:
+		return testbed.NewIndependentSet(ctx, cfg.Build, t.Nodes, opts...)
 	}
 	return testbed.NewStandalone(ctx, cfg.Build, opts...)
 }

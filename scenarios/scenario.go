@@ -65,6 +65,7 @@ type Topology struct {
 	Sentinels          int // replicated
 	Primaries          int // cluster
 	ReplicasPerPrimary int // cluster
+	Nodes              int // independent set
 	AOF                bool
 	// DownAfter is the sentinels' down-after-milliseconds (replicated; 0 =
 	// the testbed's default, 1s): how soon they fail over an unreachable
@@ -84,6 +85,8 @@ func (t Topology) String() string {
 		return fmt.Sprintf("replicated (1 primary, %d replicas, %d sentinels)", t.Replicas, t.Sentinels)
 	case testbed.KindCluster:
 		return fmt.Sprintf("cluster (%d primaries × %d replicas)", t.Primaries, t.ReplicasPerPrimary)
+	case testbed.KindIndependent:
+		return fmt.Sprintf("independent set of %d servers", t.Nodes)
 	}
 	return string(t.Kind)
 }
@@ -144,6 +147,10 @@ type Scenario struct {
 	// RW says the scenario is a read-write lease one (the rwlock family):
 	// the workload drives an RWImpl (Env.RW), and only those run it.
 	RW bool
+	// Redlock says the scenario is a Redlock one (the redlock family, on an
+	// independent set): the workload drives a RedlockImpl (Env.Redlock) with
+	// one client per node (Env.NodeClients), and only those run it.
+	Redlock bool
 	// Verify holds the scenario's own checks, by property name, for what a
 	// history cannot show (the server's state after the run); the other
 	// properties name checkers of package models.
@@ -171,10 +178,16 @@ type Env struct {
 	Latch LatchImpl
 	// RW is the read-write lease implementation under test (rwlock
 	// scenarios; nil otherwise).
-	RW       RWImpl
-	Resource *Resource
-	Seed     int64
-	TTL      time.Duration
+	RW RWImpl
+	// Redlock is the Redlock implementation under test (redlock scenarios;
+	// nil otherwise), and NodeClients each process's clients of the
+	// independent set's nodes, in node order (NodeClients[proc][0] is
+	// Clients[proc]).
+	Redlock     RedlockImpl
+	NodeClients [][]redis.UniversalClient
+	Resource    *Resource
+	Seed        int64
+	TTL         time.Duration
 	// Prefix goes before every key a workload uses (set on external
 	// deployments, so a run never touches another's keys).
 	Prefix string
@@ -187,7 +200,8 @@ type Env struct {
 	note    []string // what the running nemesis event chose (Note)
 	effects []proven // what the running nemesis event proved (Effect…)
 
-	latch latchShared // the latch workload's rounds
+	latch   latchShared // the latch workload's rounds
+	holding holderSet   // the redlock workload's holders
 }
 
 // proven is one effect a nemesis event proved.
