@@ -38,6 +38,7 @@ const (
 	fBurst
 	fRate
 	fPeriod
+	fExplains
 	fT
 	nFields
 )
@@ -48,7 +49,7 @@ var fieldNames = [nFields]string{
 	fToken: "token", fOwner: "owner", fTTL: "ttl_ms", fValue: "value", fErr: "err",
 	fN: "n", fCount: "count", fGen: "gen", fSeq: "seq", fCapacity: "capacity",
 	fAlgo: "algo", fLimit: "limit", fWindow: "window_ms", fSegments: "segments",
-	fBurst: "burst", fRate: "rate", fPeriod: "period_ms", fT: "t",
+	fBurst: "burst", fRate: "rate", fPeriod: "period_ms", fExplains: "explains", fT: "t",
 }
 
 // foldedFields maps case-folded names to field numbers: encoding/json matches
@@ -109,6 +110,8 @@ func lookupField(key []byte) int {
 		return fRate
 	case "period_ms":
 		return fPeriod
+	case "explains":
+		return fExplains
 	case "t":
 		return fT
 	}
@@ -750,7 +753,7 @@ func (d *Decoder) value(b []byte, i, f int, op *Op) (int, *scanErr) {
 		}
 		op.Type = t
 		return next, nil
-	case fF, fKey, fField, fOwner, fValue, fErr, fAlgo:
+	case fF, fKey, fField, fOwner, fValue, fErr, fAlgo, fExplains:
 		if isNull(b, i) {
 			return i + 4, nil
 		}
@@ -783,6 +786,8 @@ func (d *Decoder) value(b []byte, i, f int, op *Op) (int, *scanErr) {
 			op.Err = str
 		case fAlgo:
 			op.Algo = str
+		case fExplains:
+			op.Explains = str
 		}
 		return next, nil
 	}

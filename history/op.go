@@ -271,6 +271,9 @@ func (o *Op) merge(c *Op) {
 	if c.Algo != "" {
 		o.Algo = c.Algo
 	}
+	if c.Explains != "" {
+		o.Explains = c.Explains
+	}
 	if c.Limit != 0 {
 		o.Limit = c.Limit
 	}

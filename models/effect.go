@@ -39,10 +39,11 @@ var TokenLossKinds = []string{KindTokenDuplicate, KindTokenRegressed, KindNotLin
 // LeaseLossKinds are the violation kinds a lost or early-expired lease,
 // permit, owner entry or window explains (an evicted lease key, a server
 // clock moved ahead): two holders at once, more permits than the capacity,
-// an owner answered as another's or denied its own, a waiter left waiting,
-// an entry left behind, more granted than a window allows. Not the tokens:
-// a clock or a lease eviction leaves the counter alone.
-var LeaseLossKinds = []string{KindOverlap, KindOverCapacity, KindOwnerConflict, KindWronglyDenied, KindStuckWaiter, KindLeak, KindOverLimit}
+// an owner answered as another's or denied its own, more granted than a
+// window allows. Not the tokens (a clock or a lease eviction leaves the
+// counter alone), and not an entry left behind or a waiter left waiting
+// (entries that end early leave nothing behind and free their waiters).
+var LeaseLossKinds = []string{KindOverlap, KindOverCapacity, KindOwnerConflict, KindWronglyDenied, KindOverLimit}
 
 // Effect is one proven fault effect of a history.
 type Effect struct {
@@ -64,6 +65,9 @@ type Effect struct {
 	// "explains"); nil: any (a lost dataset, a failover: every write may be
 	// lost).
 	Kinds []string
+	// node is the deposed primary whose demotion ends an ongoing effect
+	// (the records' field), "" when not named.
+	node string
 }
 
 // Explains reports whether the effect can explain a violation of kind.
@@ -101,15 +105,19 @@ func Effects(h *history.History) []Effect {
 			if f < 0 {
 				f = op.T
 			}
-			ef := Effect{From: f, At: op.T, What: op.Value, Ongoing: op.Key == NemesisEffectOngoing}
+			ef := Effect{From: f, At: op.T, What: op.Value, Ongoing: op.Key == NemesisEffectOngoing, node: op.Field}
 			if op.Explains != "" {
-				ef.Kinds = strings.Split(op.Explains, ",")
+				for _, k := range strings.Split(op.Explains, ",") {
+					ef.Kinds = append(ef.Kinds, strings.TrimSpace(k))
+				}
 			}
 			out = append(out, ef)
 		case NemesisEffectEnd:
-			// Ends the latest ongoing effect still open.
+			// Ends the latest ongoing effect still open of the same node
+			// (field: the deposed primary; either side without one
+			// matches any).
 			for i := len(out) - 1; i >= 0; i-- {
-				if out[i].Ongoing && out[i].End == 0 {
+				if out[i].Ongoing && out[i].End == 0 && (op.Field == "" || out[i].node == "" || out[i].node == op.Field) {
 					out[i].End = op.T
 					break
 				}

@@ -42,6 +42,22 @@ func TestEffects(t *testing.T) {
 	if got[0].Until() != m(400) || !got[0].Explains(KindTokenRegressed) || got[1].Explains(KindTokenRegressed) || !got[1].Explains(KindOverlap) {
 		t.Fatalf("Until %v, Explains wrong: %+v", got[0].Until(), got)
 	}
+	// Review: with two failovers open, n1's demotion ends n1's loss, not
+	// the later one of n2.
+	b = new(builder)
+	on := func(node string) history.Op {
+		o := nem(NemesisEffectOngoing, "lost on "+node)
+		o.Field = node
+		return o
+	}
+	end := func(node string) history.Op { o := nem(NemesisEffectEnd, node+" demoted"); o.Field = node; return o }
+	b.ok(9, m(100), m(100), on("n1"))
+	b.ok(9, m(200), m(200), on("n2"))
+	b.ok(9, m(300), m(300), end("n1"))
+	got = Effects(b.build(t))
+	if len(got) != 2 || got[0].End != m(300) || got[1].End != 0 {
+		t.Fatalf("n1's demotion ended %+v", got)
+	}
 	if u := (Effect{At: m(10), Ongoing: true}).Until(); u != m(10)+int64(OngoingFor) {
 		t.Fatalf("an ongoing effect without an observed end reaches %v", u)
 	}

@@ -313,6 +313,16 @@ func TestJudgeLatchReach(t *testing.T) {
 			ok(2, created+m(10), created+m(11), cd("l", 1, 1)).
 			ok(3, m(2000), m(2001), cd("l", 1, 1))
 	}
+	// Review: a generation created before the failover but counted down
+	// only long after the loss ended owes nothing to it either.
+	late := new(builder).ok(1, m(900), m(901), create("l", 2, 1)).
+		ok(2, m(11500), m(11501), cd("l", 1, 1)).
+		ok(3, m(11600), m(11601), cd("l", 1, 1))
+	if r := CheckLatch(late.build(t), Options{}); r.Verdict != Fail {
+		t.Fatalf("want a violation, got %s", r.String())
+	} else if got := Judge(p, &r, failover); got != JudgedFail {
+		t.Fatalf("count-downs 10s after the loss ended: %s, want FAIL (%+v)", got, r.Reaches)
+	}
 	for _, c := range []struct {
 		name    string
 		created int64
@@ -406,7 +416,8 @@ func TestJudgeLeakReach(t *testing.T) {
 		server, k string
 		want      bool
 	}{{"latch:7", "latch:7", true}, {"run:latch:7", "latch:7", true}, {"latch:17", "latch:7", false},
-		{"{fenced-lock}:lease", "fenced-lock", true}, {"semaphore", "sem", false}} {
+		{"{fenced-lock}:lease", "fenced-lock", true}, {"{coordtorture:ab12cd:lock}:lease", "lock", true},
+		{"{coordtorture:ab12cd:lock}:fence", "lock", true}, {"{block}:lease", "lock", false}, {"semaphore", "sem", false}} {
 		if got := namesKey(c.server, c.k); got != c.want {
 			t.Errorf("namesKey(%q, %q) = %v", c.server, c.k, got)
 		}

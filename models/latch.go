@@ -81,14 +81,21 @@ func CheckLatch(h *history.History, o Options) Result {
 	// violating operation op spans its invocation to its return; a lost
 	// write (a failover, a restart) can explain it only if that state
 	// existed when the loss struck.
-	fail := func(kind string, g *latchGen, op *history.Operation, msg string, ops ...*history.Operation) {
+	// since is the write whose loss would explain the violation (the
+	// generation's creation unless the rule names a later one: the reset
+	// that replaced it, the count-downs that completed, the earlier of two
+	// equal answers, the count-down that reached zero).
+	failSince := func(kind string, since int64, op *history.Operation, msg string, ops ...*history.Operation) {
 		c.fail(kind, op.Key, msg, ops...)
-		since := min(g.first, op.T)
+		since = min(since, op.T)
 		ln := history.Never
 		if op.Return != history.Never {
 			ln = op.Return - op.T
 		}
 		c.reaches = append(c.reaches, Reach{Kind: kind, Key: op.Key, Since: since, First: op.T, Last: op.T, Len: ln, Horizon: history.Never})
+	}
+	fail := func(kind string, g *latchGen, op *history.Operation, msg string, ops ...*history.Operation) {
+		failSince(kind, g.first, op, msg, ops...)
 	}
 	type replacement struct {
 		gen      int64 // gen created; 0 with anyGen
@@ -243,7 +250,7 @@ func CheckLatch(h *history.History, o Options) Result {
 			continue
 		}
 		if g.replaced < op.T {
-			fail(KindLatch, g, op, fmt.Sprintf("count-down invoked at %s, after generation %d was replaced at %s, returned %d instead of -1",
+			failSince(KindLatch, g.mayReplace, op, fmt.Sprintf("count-down invoked at %s, after generation %d was replaced at %s, returned %d instead of -1",
 				fmtT(op.T), op.Gen, fmtT(g.replaced), r), g.created, op)
 			continue
 		}
@@ -258,7 +265,7 @@ func CheckLatch(h *history.History, o Options) Result {
 				continue
 			}
 			if done := int64(countLT(g.okRet, op.T)); r > max(g.count-done-1, 0) {
-				fail(KindLatch, g, op, fmt.Sprintf("count-down of generation %d returned %d (initial count %d) after %s had completed: a decrement was lost",
+				failSince(KindLatch, firstOr(g.mayInv, g.first), op, fmt.Sprintf("count-down of generation %d returned %d (initial count %d) after %s had completed: a decrement was lost",
 					op.Gen, r, g.count, Plural(done, "count-down")), g.created, op)
 				continue
 			}
@@ -269,7 +276,7 @@ func CheckLatch(h *history.History, o Options) Result {
 				seen[gk] = make(map[int64]*history.Operation)
 			}
 			if prev := seen[gk][r]; prev != nil {
-				fail(KindLatch, g, op, fmt.Sprintf("two count-downs of generation %d both returned %d", op.Gen, r), prev, op)
+				failSince(KindLatch, prev.T, op, fmt.Sprintf("two count-downs of generation %d both returned %d", op.Gen, r), prev, op)
 			} else {
 				seen[gk][r] = op
 			}
@@ -302,12 +309,18 @@ func CheckLatch(h *history.History, o Options) Result {
 		if len(g.zeroRets) > 0 && g.zeroRets[0] < zero {
 			zero, zeroHow = g.zeroRets[0], "reached 0"
 		}
-		end, how := g.replaced, "was replaced or deleted"
+		// made: when the write that marked end was invoked (the count-down
+		// that reached zero, the creation with count 0, the replacement).
+		zeroMade := g.first
+		if zeroHow == "reached 0" && len(g.zeroInvs) > 0 {
+			zeroMade = g.zeroInvs[0]
+		}
+		end, how, made := g.replaced, "was replaced or deleted", g.mayReplace
 		switch {
 		case op.Type == history.OK && op.Value == history.ValueTrue:
-			end, how = zero, zeroHow
+			end, how, made = zero, zeroHow, zeroMade
 		case zero < end:
-			end, how = zero, zeroHow
+			end, how, made = zero, zeroHow, zeroMade
 		}
 		if end == history.Never {
 			continue
@@ -317,7 +330,7 @@ func CheckLatch(h *history.History, o Options) Result {
 			if op.Type == history.OK {
 				what, kind = "answered "+op.Value, "a late completion"
 			}
-			fail(KindStuckWaiter, g, op, fmt.Sprintf("wait on generation %d (invoked at %s) %s at %s, though the generation %s at %s: "+
+			failSince(KindStuckWaiter, made, op, fmt.Sprintf("wait on generation %d (invoked at %s) %s at %s, though the generation %s at %s: "+
 				"not answered within %v (%s)", op.Gen, fmtT(op.T), what, fmtT(op.Return), how, fmtT(end), o.WakeBound, kind), g.created, op)
 		}
 	}
@@ -327,3 +340,11 @@ func CheckLatch(h *history.History, o Options) Result {
 }
 
 func cmpInt(a, b int64) int { return cmp.Compare(a, b) }
+
+// firstOr is the first of a sorted s, or or when s is empty.
+func firstOr(s []int64, or int64) int64 {
+	if len(s) == 0 {
+		return or
+	}
+	return s[0]
+}

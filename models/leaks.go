@@ -110,17 +110,19 @@ func CheckLeaks(h *history.History, o Options) Result {
 	return r
 }
 
-// leakWrites are the operations that write a lease, permit or latch entry.
+// leakWrites are the operations that make or remove a lease, permit or
+// latch entry (count-downs only change one).
 var leakWrites = map[string]bool{
 	history.FAcquire: true, history.FAcquireWait: true, history.FSemAcquire: true, history.FAcquireRead: true,
 	history.FAcquireWrite: true, history.FRenew: true, history.FRelease: true, history.FLatchCreate: true,
-	history.FLatchReset: true, history.FLatchCountDown: true, history.FLatchDelete: true,
+	history.FLatchReset: true, history.FLatchDelete: true,
 }
 
-// lastWriteOf is the invocation of the latest write of the entry a leak
-// scan's line names ("node: key [member …]": the key, and a member that is
-// an owner, when the history has operations of that owner on the key),
-// or 0 when the history has none (it cannot say when the entry was made).
+// lastWriteOf is the invocation of the latest write that made or removed
+// the entry a leak scan's line names ("node: key [member …]": the key, and a
+// member that is an owner, when the history has operations of that owner on
+// the key), or 0 when the history has none (it cannot say when the entry
+// was made). Writes that certainly did nothing (fail) do not count.
 func lastWriteOf(h *history.History, line string) int64 {
 	if _, rest, ok := strings.Cut(line, ": "); ok {
 		line = rest
@@ -136,7 +138,7 @@ func lastWriteOf(h *history.History, line string) int64 {
 	var last, lastOwned int64
 	for k := range h.Ops {
 		op := &h.Ops[k]
-		if !leakWrites[op.F] || !namesKey(key, op.Key) {
+		if !leakWrites[op.F] || op.Type == history.Fail || !namesKey(key, op.Key) {
 			continue
 		}
 		last = max(last, op.T)
@@ -151,15 +153,21 @@ func lastWriteOf(h *history.History, line string) int64 {
 }
 
 // namesKey reports whether the server key a scan listed is the history's
-// key k: the same, k behind a prefix ending in ':', or k as the hash tag of
-// a lock's key ("{k}:lease").
+// key k: the same, or k behind a prefix ending in ':' (a run's prefix on an
+// external deployment), looking inside a lock's hash tag ("{…k}:lease").
 func namesKey(server, k string) bool {
 	if k == "" {
 		return false
 	}
-	if server == k || strings.Contains(server, "{"+k+"}") {
+	s := server
+	if i := strings.IndexByte(s, '{'); i >= 0 {
+		if j := strings.IndexByte(s[i:], '}'); j > 1 {
+			s = s[i+1 : i+j]
+		}
+	}
+	if s == k {
 		return true
 	}
-	p, ok := strings.CutSuffix(server, k)
+	p, ok := strings.CutSuffix(s, k)
 	return ok && strings.HasSuffix(p, ":")
 }

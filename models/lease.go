@@ -330,6 +330,16 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 			}
 			c.reaches = append(c.reaches, Reach{Kind: kind, Key: key, Since: min(since, op.T), First: op.T, Last: op.T, Len: ln, Horizon: horizon})
 		}
+		// ttlOf is the longest ttl of an owner's acquisition and renewals.
+		ttlOf := func(ow *owner) int64 {
+			t := h.Ops[ow.acq].TTLMs
+			for _, k := range ow.ops {
+				if op := &h.Ops[k]; op.F == history.FRenew {
+					t = max(t, op.TTLMs)
+				}
+			}
+			return t
+		}
 		for _, n := range list {
 			ow := &owners[n]
 			a := &h.Ops[ow.acq]
@@ -345,7 +355,7 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 				}
 				ot := &owners[other]
 				oa := &h.Ops[ot.acq]
-				reach(KindOwnerConflict, ow.id.String(), min(oa.T, a.T), op, max(oa.TTLMs, a.TTLMs))
+				reach(KindOwnerConflict, ow.id.String(), min(oa.T, a.T), op, max(ttlOf(ot), ttlOf(ow)))
 				if c.full(KindOwnerConflict) {
 					c.skip(KindOwnerConflict, oa, a, op)
 					return
@@ -366,7 +376,7 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 				case proves(op):
 					check(op, max(op.T, a.T), op.Return)
 				case denies(op) && ow.hasSpan && ow.sStart <= op.T && op.Return < ow.sEnd && (op.T < ow.lostAt || ow.mode == modeExclusive && op.Return < ow.proofT):
-					reach(KindWronglyDenied, ow.id.String(), a.T, op, a.TTLMs)
+					reach(KindWronglyDenied, ow.id.String(), a.T, op, ttlOf(ow))
 					if c.full(KindWronglyDenied) {
 						c.skip(KindWronglyDenied, a, op)
 						continue

@@ -167,9 +167,12 @@ type Reach struct {
 	Key string `json:"key"`
 	// Since is when the state a fault could have lost was made: the
 	// invocation of the key's first grant (rate limits), of the earlier
-	// lease's acquisition (overlaps), of the earliest permit then held (over
-	// capacity). A fault can only have lost state that existed when it
-	// struck.
+	// lease's acquisition (overlaps, owner conflicts), of the owner's
+	// acquisition (wrong denials), of the earliest permit then held (over
+	// capacity), of the write whose loss would explain a latch answer (the
+	// generation's creation, the replacing reset, the count-downs, the
+	// count-down that reached zero), of a leftover entry's last write
+	// (leaks). A fault can only have lost state that existed when it struck.
 	Since int64 `json:"since_ns"`
 	// First and Last are the earliest and latest start of a violating span.
 	First int64 `json:"first_ns"`
@@ -177,8 +180,9 @@ type Reach struct {
 	// Len is the longest a span can be: a violating span starting at a is
 	// complete by a+Len (history.Never: unbounded).
 	Len int64 `json:"len_ns"`
-	// Horizon is how long after a fault's effect was observed a violating
-	// span can still start because of it (history.Never: unbounded).
+	// Horizon is how long after the loss ended (Effect.Until: the effect
+	// observed, or an ongoing loss's end) a violating span can still start
+	// because of it (history.Never: unbounded).
 	Horizon int64 `json:"horizon_ns"`
 }
 

@@ -88,8 +88,9 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 func WithCleanupTimeout(d time.Duration) Option { return func(c *Coordinator) { c.cleanup = d } }
 
 // WithCleanupWindow sets how long a semaphore permit's background clean-up
-// (the owner-token release Close or a failed release leaves to the
-// background, the CLIENT KILL fence of an uncertain acquisition) keeps
+// (the owner-token release Close, a failed renewal or an acquisition's error
+// reply leaves to the background, the CLIENT KILL fence of an uncertain
+// acquisition) keeps
 // retrying, with capped, jittered back-off, before it gives up, counts it
 // (prim.cleanup.abandoned) and logs a warning. Default: a minute. A service
 // that exits sooner than that after closing its permits can wait for the

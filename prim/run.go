@@ -153,6 +153,9 @@ func (b *cleanups) done() {
 
 // wait returns nil once no clean-up is in progress, or ctx's error.
 func (b *cleanups) wait(ctx context.Context) error {
+	if b == nil {
+		return nil
+	}
 	for {
 		b.mu.Lock()
 		n, idle := b.n, b.idle
@@ -183,7 +186,8 @@ func (c *Coordinator) goCleanup(f func()) {
 // window, WithCleanupWindow; the fence and owner-checked release that follow
 // an uncertain outcome; a release queued behind another operation). It returns
 // nil when none is left, or an error wrapping ctx's once ctx ends first; the
-// clean-ups then go on. Call it at shutdown, after closing the handles and
+// clean-ups then go on. A clean-up that gave up may leave its last command
+// on the wire: it is not waited for beyond the step's bound. Call it at shutdown, after closing the handles and
 // before the process exits, so that a release Close left to the background
 // (a permit without expiry stays until one succeeds) is not lost with the
 // process. Close does not wait for them.

@@ -438,7 +438,9 @@ func (p *Permit) releaseBounded() (ReleaseResult, error) {
 }
 
 func (p *Permit) releaseStepResult(ctx context.Context) (ReleaseResult, error) {
-	o, cerr := bounded(ctx, func(ctx context.Context) releaseOutcome {
+	// A release still in flight when its bound ends is awaited by
+	// WaitCleanups: it may yet land.
+	o, cerr := boundedOn(p.c.bg, ctx, func(ctx context.Context) releaseOutcome {
 		r, err := p.releaseOnce(ctx)
 		return releaseOutcome{r, err}
 	}, nil)

@@ -250,7 +250,7 @@ func (e *Env) watchDemotion(ctx context.Context, mu *sync.Mutex, proc int, depos
 			mu.Lock()
 			defer mu.Unlock()
 			what := fmt.Sprintf("%s demoted (role %s): the loss it began has ended", deposed.Name, role)
-			if _, err := e.Rec.Invoke(proc, history.Op{F: history.FNemesis, Key: models.NemesisEffectEnd, Value: what}); err == nil {
+			if _, err := e.Rec.Invoke(proc, history.Op{F: history.FNemesis, Key: models.NemesisEffectEnd, Field: deposed.Name, Value: what}); err == nil {
 				_, _ = e.Rec.Complete(proc, history.OK, history.Op{Value: what})
 			}
 			return
@@ -485,6 +485,9 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 					key = models.NemesisEffectOngoing
 				}
 				op := history.Op{F: history.FNemesis, Key: key, Value: ef.what, Explains: strings.Join(ef.kinds, ",")}
+				if ef.deposed != nil {
+					op.Field = ef.deposed.Name // its effect-end names it too
+				}
 				if _, err := env.Rec.Invoke(nemesisProc, op); err == nil {
 					_, _ = env.Rec.Complete(nemesisProc, history.OK, history.Op{Value: ef.what})
 				}

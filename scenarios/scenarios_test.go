@@ -32,13 +32,20 @@ func build() string {
 
 func run(t *testing.T, name, impl string, seed int64) *scenarios.Outcome {
 	t.Helper()
+	return runFor(t, name, impl, seed, duration())
+}
+
+// runFor is run for d (a scenario whose faults need a longer run than the
+// tests' default).
+func runFor(t *testing.T, name, impl string, seed int64, d time.Duration) *scenarios.Outcome {
+	t.Helper()
 	ss, err := scenarios.Match([]string{name})
 	if err != nil || len(ss) != 1 {
 		t.Fatalf("%s: %v %v", name, ss, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	out, err := scenarios.Run(ctx, ss[0], scenarios.Config{Build: build(), Duration: duration(), Seed: seed, Impl: impl, Logf: t.Logf})
+	out, err := scenarios.Run(ctx, ss[0], scenarios.Config{Build: build(), Duration: d, Seed: seed, Impl: impl, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,8 +54,8 @@ func run(t *testing.T, name, impl string, seed int64) *scenarios.Outcome {
 		// progress check's 20 operations of one kind in a short run's healthy
 		// periods: UNKNOWN, honestly. Run it once more, twice as long; an
 		// UNKNOWN then stands.
-		t.Logf("%s %s: progress could not be judged in %v; running it again for %v", impl, name, duration(), 2*duration())
-		out, err = scenarios.Run(ctx, ss[0], scenarios.Config{Build: build(), Duration: 2 * duration(), Seed: seed, Impl: impl, Logf: t.Logf})
+		t.Logf("%s %s: progress could not be judged in %v; running it again for %v", impl, name, d, 2*d)
+		out, err = scenarios.Run(ctx, ss[0], scenarios.Config{Build: build(), Duration: 2 * d, Seed: seed, Impl: impl, Logf: t.Logf})
 		if err != nil {
 			t.Fatal(err)
 		}

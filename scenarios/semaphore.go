@@ -150,11 +150,12 @@ func init() {
 			"renew and verify some, and release them. Never more than %d live permits; nothing left after the TTLs.", semCapacity, semCapacity),
 		Topo: standalone, Properties: semProps(false)})
 	semScenario(&Scenario{Name: "partition-client",
-		Summary: "one client at a time is cut off (silently) from the server for 3s and healed: acquisitions, renewals " +
-			"and releases time out (unknown outcome; prim fences an uncertain acquisition and releases it by its owner " +
-			"token; a failed release is followed by Close). A release's second, Close's second and the clean-up window " +
-			"(0.5s in a run) fit in a cut, so some background clean-ups give up: the run reports them " +
-			"(prim.cleanup.abandoned). Never more than capacity.",
+		Summary: "one client at a time is cut off (silently) from the server for 5s and healed (a run needs 6s for " +
+			"one cut): acquisitions, renewals and releases time out (unknown outcome; prim fences an uncertain " +
+			"acquisition and releases it by its owner token; a failed release is followed by Close). A release and " +
+			"its owner-token follow-up, Close and the clean-up's one attempt in its window (0.5s in a run), a second " +
+			"each, fit in a cut, so background clean-ups give up: the run reports them (prim.cleanup.abandoned). " +
+			"Never more than capacity.",
 		Topo: standalone, Properties: semProps(false),
 		Nemesis: semPartitionClients})
 	semScenario(&Scenario{Name: "pause-client",
@@ -196,12 +197,15 @@ func init() {
 		Topo:    clusterTopo, Properties: semProps(false)})
 }
 
-// semPartitionClients cuts one random client off from n1 for 3s, from 0.5s
-// in and then after 1–1.5s healed each time: long enough for a release cut
-// at its start to fail (its second), Close to fail (its second) and the
-// background clean-up to give up (semCleanupWindow).
+// semPartitionClients cuts one random client off from n1 for 5s, from 0.5s
+// in and then after 1–1.5s healed each time (a run needs 6s for one cut):
+// long enough for a release cut at its start to fail (its second), prim's
+// owner-token follow-up inside it to fail (another second), Close to fail
+// (a third) and the background clean-up's one attempt in its window
+// (semCleanupWindow; each attempt is bounded to a second) to give up, and
+// for an acquisition cut at its start to time out and its fence to give up.
 func semPartitionClients(r *rand.Rand, d time.Duration) []Event {
-	const hold = 3 * time.Second
+	const hold = 5 * time.Second
 	var evs []Event
 	for at := 500 * time.Millisecond; at+hold < d; at += hold + time.Second + time.Duration(r.Int64N(int64(time.Second/2))) {
 		evs = append(evs,

@@ -3,6 +3,7 @@ package scenarios_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/coordtorture/coordtorture/scenarios"
 )
@@ -29,7 +30,11 @@ func TestSemaphoreScenarios(t *testing.T) {
 	}
 	for _, s := range ss {
 		t.Run(s.Name, func(t *testing.T) {
-			out := run(t, s.Name, "prim", 1)
+			d := duration()
+			if s.Name == "semaphore/partition-client" {
+				d = semPartitionRun
+			}
+			out := runFor(t, s.Name, "prim", 1, d)
 			if out.Verdict == scenarios.Fail || out.Verdict == scenarios.Unknown {
 				t.Fatalf("%s: %s %s", s.Name, out.Verdict, out.Error)
 			}
@@ -97,18 +102,23 @@ type fakeSem struct{ scenarios.SemImpl }
 
 func (fakeSem) Name() string { return "sem-mutant-for-this-test" }
 
-// requireAbandoned: semaphore/partition-client's cuts outlast a release's
-// bound, Close's and the run's clean-up window, so some background clean-up
-// gives up and the run counts it (prim.cleanup.abandoned > 0) — the counter
-// can be non-zero, and a run reports it. Whether a release falls early
-// enough in a cut depends on the seed: up to two more seeds are tried.
+// semPartitionRun is how long semaphore/partition-client runs in the tests:
+// its cuts last 5s (from 0.5s in), so a run needs 6s for one.
+const semPartitionRun = 7 * time.Second
+
+// requireAbandoned: semaphore/partition-client's cuts outlast a release, its
+// owner-token follow-up, Close and the clean-up's attempt in the run's
+// window, so a background clean-up gives up and the run counts it
+// (prim.cleanup.abandoned > 0) — the counter can be non-zero, and a run
+// reports it. Whether the cut client was releasing or acquiring early
+// enough in the cut depends on the seed: up to two more seeds are tried.
 func requireAbandoned(t *testing.T, out *scenarios.Outcome) {
 	t.Helper()
 	for seed := int64(2); out.Counters["prim.cleanup.abandoned"] == 0; seed++ {
 		if seed > 3 {
 			t.Fatalf("semaphore/partition-client: no background clean-up gave up at seeds 1–3: %v", out.Counters)
 		}
-		out = run(t, "semaphore/partition-client", "prim", seed)
+		out = runFor(t, "semaphore/partition-client", "prim", seed, semPartitionRun)
 		if out.Verdict == scenarios.Fail || out.Verdict == scenarios.Unknown {
 			t.Fatalf("semaphore/partition-client seed %d: %s %s", seed, out.Verdict, out.Error)
 		}
