@@ -15,12 +15,13 @@ TORTURE_FLAGS ?=
 # The default suite: every lock family, a representative part of the
 # ratelimit family (each algorithm's baseline, one fault that must hold and
 # one hazard each), of the semaphore family (its baseline and its restart
-# without persistence, a hazard) and of the rwlock family (its baseline and
-# one fault that must hold); SCENARIOS=ratelimit (or any patterns) runs
+# without persistence, a hazard), of the rwlock and redlock families (their
+# baselines and one fault that must hold); SCENARIOS=ratelimit (or any patterns) runs
 # others, and torture-long runs every scenario.
 TORTURE_SUITE ?= fenced-lock waiting-lock hash-lease ratelimit/*/baseline ratelimit/fixed/partition-client \
 	ratelimit/sliding/pause-primary ratelimit/bucket/latency ratelimit/sliding/kill-restart-noaof ratelimit/bucket/clock-skew \
-	semaphore/baseline semaphore/kill-restart-noaof latch/baseline latch/reset-race rwlock/baseline rwlock/partition-client
+	semaphore/baseline semaphore/kill-restart-noaof latch/baseline latch/reset-race rwlock/baseline rwlock/partition-client \
+	redlock/baseline redlock/partition-client
 BIN ?= bin
 
 # GNU make exits 2 whenever a recipe fails, whatever its status: the torture
@@ -82,7 +83,7 @@ vet:
 build: ## build bin/coordtorture and bin/fencecheck (their exit status: 0 held, 1 FAIL, 2 UNKNOWN or usage error)
 	$(GO) build -o $(BIN)/ ./cmd/coordtorture ./cmd/fencecheck
 
-torture: servers build ## the default suite (TORTURE_SUITE: the lock families and part of ratelimit, semaphore and rwlock; SCENARIOS=… for others), prim and the peer libraries, on local servers (report in runs/latest)
+torture: servers build ## the default suite (TORTURE_SUITE: the lock families and part of ratelimit, semaphore, latch, rwlock and redlock; SCENARIOS=… for others), prim and the peer libraries, on local servers (report in runs/latest)
 	@cmd='$(BIN)/coordtorture run --impl $(TORTURE_IMPL) --duration $(TORTURE_DURATION) --out $(TORTURE_OUT) $(TORTURE_FLAGS) $(or $(SCENARIOS),$(TORTURE_SUITE))'; echo "$$cmd"; set -f; $$cmd; $(coordtorture-status)
 
 torture-long: servers build ## the suite on every fetched build, TORTURE_LONG_DURATION (1m) a scenario: about 5 hours (five builds)

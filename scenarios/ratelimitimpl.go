@@ -136,8 +136,17 @@ func ValidImpl(name string) error {
 	if _, ok := lookupRW(name); ok {
 		return nil
 	}
-	return fmt.Errorf("scenarios: unknown implementation %q (%v, or a mutant: %v)", name, EveryImpl(),
-		append(append(append(append(Mutants(), LimiterMutants()...), SemMutants()...), LatchMutants()...), RWMutants()...))
+	if _, ok := lookupRedlock(name); ok {
+		return nil
+	}
+	return fmt.Errorf("scenarios: unknown implementation %q (%v, or a mutant: %v)", name, EveryImpl(), AllMutants())
+}
+
+// AllMutants lists every registered deliberately broken implementation
+// (and the references they derive from), family by family: locks, rate
+// limiters, semaphores, latches, read-write leases, Redlock.
+func AllMutants() []string {
+	return slices.Concat(Mutants(), LimiterMutants(), SemMutants(), LatchMutants(), RWMutants(), RedlockMutants())
 }
 
 // limiterImplsFor lists prim and the peers that implement algo.

@@ -40,12 +40,12 @@ const redlockNodes = 3
 // quarter), so that a holder is still counting on it when nodes restarted
 // or moved their clocks come back.
 func redlockWorkload(stall float64, stallFor func(ttl time.Duration) time.Duration, long bool) func(ctx context.Context, env *Env, proc int) {
-	return redlockWorkloadRenewing(stall, stallFor, long, 0.3)
+	return redlockWorkloadRenewing(stall, stallFor, long, 0.3, 1)
 }
 
 // redlockWorkloadRenewing is redlockWorkload whose holders renew with
-// probability renew.
-func redlockWorkloadRenewing(stall float64, stallFor func(ttl time.Duration) time.Duration, long bool, renew float64) func(ctx context.Context, env *Env, proc int) {
+// probability renew, up to renewals times in a row.
+func redlockWorkloadRenewing(stall float64, stallFor func(ttl time.Duration) time.Duration, long bool, renew float64, renewals int) func(ctx context.Context, env *Env, proc int) {
 	return func(ctx context.Context, env *Env, proc int) {
 		r := env.Rand(proc)
 		rec := env.Rec
@@ -63,6 +63,9 @@ func redlockWorkloadRenewing(stall float64, stallFor func(ttl time.Duration) tim
 			}
 			stalls := r.Float64() < stall
 			renews := r.Float64() < renew
+			// After a renewal, the holder keeps the lease most of a ttl
+			// more (past its first expiry) and writes again.
+			holdMore := env.TTL/2 + time.Duration(r.Int64N(int64(env.TTL/3)))
 			pause := time.Duration(r.IntN(3)) * time.Millisecond
 			if _, err := rec.Invoke(proc, history.Op{F: history.FAcquire, Key: redlockKey, TTLMs: ttlMs}); err != nil {
 				return
@@ -101,18 +104,29 @@ func redlockWorkloadRenewing(stall float64, stallFor func(ttl time.Duration) tim
 				}
 				env.write(proc, tok, held.Owner())
 			}
-			if renews && !stalls {
+			// A renewing holder keeps the lease through up to renewals
+			// renewals, each followed by most of a ttl more (past the
+			// previous expiry) and another write.
+			for k := 0; renews && !stalls && k < renewals && ctx.Err() == nil; k++ {
 				op := history.Op{F: history.FRenew, Key: redlockKey, Owner: held.Owner(), TTLMs: ttlMs}
-				if _, err := rec.Invoke(proc, op); err == nil {
-					ok, err := held.Renew(ctx, env.TTL)
-					switch {
-					case err != nil:
-						env.failed(proc, err)
-					case ok:
-						rec.OK(proc, history.Op{})
-					default:
-						rec.Fail(proc, history.Op{})
-					}
+				if _, err := rec.Invoke(proc, op); err != nil {
+					break
+				}
+				ok, err := held.Renew(ctx, env.TTL)
+				switch {
+				case err != nil:
+					env.failed(proc, err)
+				case ok:
+					rec.OK(proc, history.Op{})
+				default:
+					rec.Fail(proc, history.Op{})
+				}
+				if err != nil || !ok {
+					break
+				}
+				sleep(ctx, holdMore)
+				if held.Validity() > env.TTL/10 {
+					env.write(proc, tok, held.Owner())
 				}
 			}
 			env.release(ctx, proc, history.Op{Key: redlockKey, Owner: held.Owner()}, held.Release)
@@ -264,6 +278,9 @@ func init() {
 		Summary: "no faults; 8 processes contend for one Redlock lease on 3 independent servers, check its validity, " +
 			"write to the resource, renew some and release. Everything must hold.",
 		Properties: redlockProps(false)})
+	redlockScenario(&Scenario{Name: "baseline-five",
+		Summary: "redlock/baseline on 5 independent servers (a quorum of 3). Everything must hold.",
+		Topo:    Topology{Kind: testbed.KindIndependent, Nodes: 5}, Properties: redlockProps(false)})
 	redlockScenario(&Scenario{Name: "node-loss",
 		Summary: "one node is killed a third of the way in and started again, empty, only after more than a ttl (the " +
 			"Redlock rule for restarts without persistence): a majority stays, so everything must hold.",
@@ -296,8 +313,8 @@ func init() {
 			"must hold; a Redlock that counts a timed-out node as a success, or renews on a minority, takes or keeps " +
 			"the lock beside another holder.",
 		Properties: redlockProps(false),
-		Workload:   redlockWorkloadRenewing(0, nil, false, 0.8),
-		Nemesis:    cutClientFromMajority(1500*time.Millisecond, 900*time.Millisecond)})
+		Workload:   redlockWorkloadRenewing(0, nil, false, 1, 6),
+		Nemesis:    cutClientFromMajority(time.Second, 800*time.Millisecond)})
 	redlockScenario(&Scenario{Name: "slow-node",
 		Summary: "one node answers every client 150ms late (more than the 100ms node timeout) for a while: it counts " +
 			"as failed, and its commands land after the attempt gave up (the implementation releases them). " +

@@ -154,8 +154,8 @@ func (f *runFlags) register(fs *flag.FlagSet, cmd string) {
 	str(forRun|forReplay, &f.user, "user", "", "external: ACL user name (password from $COORDTORTURE_PASSWORD)")
 	boolean(forRun|forReplay, &f.tls, "tls", "external: connect with TLS")
 	str(forRun|forMatrix, &f.impl, "impl", "prim", "implementation(s) under test, comma-separated, or all (prim and the peers; each runs the scenarios that apply to it): prim, "+strings.Join(scenarios.Peers, ", ")+
-		" (locks), "+strings.Join(scenarios.LimiterPeers, ", ")+" (rate limiters), or a deliberately broken one the checkers must catch: "+
-		strings.Join(append(append(append(append(scenarios.Mutants(), scenarios.LimiterMutants()...), scenarios.SemMutants()...), scenarios.LatchMutants()...), scenarios.RWMutants()...), ", "))
+		" (locks; redsync also runs the redlock scenarios on their independent sets), "+strings.Join(scenarios.LimiterPeers, ", ")+" (rate limiters), or a deliberately broken one the checkers must catch: "+
+		strings.Join(scenarios.AllMutants(), ", "))
 	str(all, &f.out, "out", "", "output directory (default runs/<time>)")
 	dur(forRun|forMatrix, &f.duration, "duration", 10*time.Second, "workload duration per scenario")
 	dur(all, &f.ttl, "ttl", 500*time.Millisecond, "lock lease duration")

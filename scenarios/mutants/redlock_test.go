@@ -1,0 +1,49 @@
+package mutants_test
+
+import (
+	"testing"
+
+	"github.com/coordtorture/coordtorture/scenarios"
+)
+
+// TestRedlockMutantsFail: each Redlock mutant is flagged where its broken
+// rule matters, and the reference it derives from, like prim, passes the
+// same scenario. A client cut off from a majority of the nodes (silently:
+// its commands there time out) "acquires" on the one node it reaches when
+// a timed-out node counts as a success, and keeps a lease the others take
+// when a renewal on a minority counts: two holders (exclusion, FAIL).
+// Forgetting the drift allowance claims more validity than ttl − drift on
+// every acquisition (redlock-validity, FAIL). Whether a cut catches a
+// renewal depends on the seed: up to three are tried.
+func TestRedlockMutantsFail(t *testing.T) {
+	for _, c := range []struct{ mutant, scenario, checker string }{
+		{"mutant-redlock-timeout-counts-as-success", "redlock/partition-client", "exclusion"},
+		{"mutant-redlock-renews-on-minority", "redlock/partition-client", "exclusion"},
+		{"mutant-redlock-ignores-drift", "redlock/baseline", "redlock-validity"},
+	} {
+		t.Run(c.mutant, func(t *testing.T) {
+			var flagged *scenarios.PropertyResult
+			for seed := int64(1); seed <= 3 && flagged == nil; seed++ {
+				out := runScenarioSeed(t, c.scenario, c.mutant, seed)
+				for k := range out.Results {
+					if r := &out.Results[k]; r.Checker == c.checker && r.Verdict == scenarios.Fail && len(r.Result.Evidence) > 0 {
+						flagged = r
+					}
+				}
+			}
+			if flagged == nil {
+				t.Fatalf("%s on %s: %s never FAILed in three seeds", c.mutant, c.scenario, c.checker)
+			}
+			t.Logf("flagged: %s", flagged.Result.Summary)
+		})
+	}
+	for _, impl := range []string{"reference-redlock", "prim"} {
+		for _, s := range []string{"redlock/baseline", "redlock/partition-client"} {
+			t.Run(impl+" "+s, func(t *testing.T) {
+				if out := runScenario(t, s, impl); out.Verdict != scenarios.Pass {
+					t.Fatalf("%s on %s: %s, want PASS", impl, s, out.Verdict)
+				}
+			})
+		}
+	}
+}

@@ -1,0 +1,116 @@
+package scenarios_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordtorture/coordtorture/scenarios"
+)
+
+// redlockHazards are the redlock scenarios whose fault breaks the
+// algorithm's assumptions (a majority restarted without persistence, a
+// majority's clocks jumping): HAZARD is expected, with its proven effect.
+var redlockHazards = map[string]bool{
+	"redlock/clock-skew":                  true,
+	"redlock/restart-without-persistence": true,
+}
+
+// TestRedlockScenarios runs every redlock scenario briefly with prim: PASS
+// where the algorithm's assumptions hold (a majority up, reachable and on
+// time), HAZARD with a proven effect and overlapping holders where the
+// Redlock description says exclusion breaks (shown within three seeds:
+// whether a holder is caught depends on where the fault falls), and FAIL
+// for pause-client, whose stale write the unfenced resource accepts (the
+// evidence that Redlock needs fencing), never an UNKNOWN.
+func TestRedlockScenarios(t *testing.T) {
+	ss, _ := scenarios.Match([]string{"redlock"})
+	if len(ss) != 9 {
+		t.Fatalf("the redlock family has %d scenarios, want 9", len(ss))
+	}
+	for _, s := range ss {
+		t.Run(s.Name, func(t *testing.T) {
+			out := run(t, s.Name, "prim", 1)
+			for seed := int64(2); redlockHazards[s.Name] && out.Verdict == scenarios.Pass && seed <= 3; seed++ {
+				out = run(t, s.Name, "prim", seed)
+			}
+			if out.Ops < 50 {
+				t.Fatalf("only %d operations: the workload did not run", out.Ops)
+			}
+			if v := verdictOf(out, "redlock-validity"); v != scenarios.Pass {
+				t.Fatalf("redlock-validity: %s", v)
+			}
+			checkHazardAccounted(t, s, out)
+			switch {
+			case s.Name == "redlock/pause-client":
+				if out.Verdict != scenarios.Fail || verdictOf(out, "fenced-resource") != scenarios.Fail || verdictOf(out, "exclusion") != scenarios.Pass {
+					t.Fatalf("%s: %s (resource %s, exclusion %s), want FAIL on the resource alone", s.Name, out.Verdict,
+						verdictOf(out, "fenced-resource"), verdictOf(out, "exclusion"))
+				}
+				for _, r := range out.Results {
+					if r.Checker == "fenced-resource" && (len(r.Result.Evidence) == 0 || !strings.Contains(r.Result.Evidence[0].Msg, "stale write accepted")) {
+						t.Fatalf("%s: the resource's evidence is not a stale write: %+v", s.Name, r.Result.Evidence)
+					}
+				}
+			case redlockHazards[s.Name]:
+				if out.Verdict != scenarios.Hazard {
+					t.Fatalf("%s: %s in three seeds, want HAZARD (%s)", s.Name, out.Verdict, out.Error)
+				}
+				for _, r := range out.Results {
+					if r.Verdict == scenarios.Hazard && r.Checker == "exclusion" {
+						for _, e := range r.Result.Evidence {
+							if !e.Hazard || e.Kind != "overlap" || len(e.Ops) < 2 {
+								t.Fatalf("%s: the hazard's evidence is not two overlapping holders marked as the hazard: %+v", s.Name, e)
+							}
+						}
+					}
+				}
+			default:
+				if out.Verdict != scenarios.Pass {
+					t.Fatalf("%s: %s, want PASS (%s)", s.Name, out.Verdict, out.Error)
+				}
+			}
+		})
+	}
+}
+
+// TestRedlockPeer: redsync runs the redlock scenarios on the same nodes
+// (its own adapter): it keeps exclusion without faults, and its stale
+// write reaches the unfenced resource as prim's does.
+func TestRedlockPeer(t *testing.T) {
+	if out := run(t, "redlock/baseline", "redsync", 1); out.Verdict != scenarios.Pass {
+		t.Fatalf("redsync on redlock/baseline: %s", out.Verdict)
+	}
+	if out := run(t, "redlock/pause-client", "redsync", 1); verdictOf(out, "fenced-resource") != scenarios.Fail {
+		t.Fatalf("redsync on redlock/pause-client: the resource %s, want FAIL", verdictOf(out, "fenced-resource"))
+	}
+}
+
+// TestRedlockImplsOnlyOnRedlock: the redlock scenarios run prim, redsync
+// and the Redlock mutants; a Redlock mutant runs no other scenario. Refused,
+// never a fake PASS.
+func TestRedlockImplsOnlyOnRedlock(t *testing.T) {
+	scenarios.RegisterRedlockImpl(fakeRedlock{})
+	expectSupports(t, []supportCase{
+		{"redlock/baseline", "prim", true},
+		{"redlock/baseline", "redsync", true},
+		{"redlock/baseline", "fake-redlock", true},
+		{"redlock/baseline", "redislock", false},
+		{"redlock/baseline", "sem-mutant-for-this-test", false},
+		{"fenced-lock/baseline", "fake-redlock", false},
+		{"semaphore/baseline", "fake-redlock", false},
+		{"ratelimit/fixed/baseline", "fake-redlock", false},
+	})
+}
+
+// fakeRedlock is a Redlock implementation that is never run (Supports only).
+type fakeRedlock struct{}
+
+func (fakeRedlock) Name() string                                   { return "fake-redlock" }
+func (fakeRedlock) DriftAllowance(ttl time.Duration) time.Duration { return ttl / 100 }
+func (fakeRedlock) TryAcquire(context.Context, []redis.UniversalClient, string, time.Duration) (scenarios.RedlockHeld, error) {
+	return nil, scenarios.ErrContended
+}
