@@ -163,6 +163,7 @@ type RedlockGroup struct {
 	drift       float64
 	logger      *slog.Logger
 	m           *metrics
+	bg          *cleanups // node commands and clean-ups in the background (WaitCleanups)
 }
 
 // NewRedlockGroup returns a group over clients, each of which must reach a
@@ -209,7 +210,7 @@ func NewRedlockGroup(clients []redis.UniversalClient, opts ...Option) (*RedlockG
 	m := newMetrics(cfg.meter)
 	m.off = !recording
 	return &RedlockGroup{nodes: append([]redis.UniversalClient(nil), clients...), names: names, quorum: n/2 + 1,
-		nodeTimeout: cfg.rl.nodeTimeout, drift: cfg.rl.drift, logger: cfg.logger, m: m}, nil
+		nodeTimeout: cfg.rl.nodeTimeout, drift: cfg.rl.drift, logger: cfg.logger, m: m, bg: &cleanups{}}, nil
 }
 
 func nodeLabel(i int, c redis.UniversalClient) string {
@@ -233,6 +234,24 @@ func sameDeployment(a, b redis.UniversalClient) bool {
 	oa, ob := ca.Options(), cb.Options()
 	return oa.Network == ob.Network && oa.Addr == ob.Addr && oa.DB == ob.DB
 }
+
+// goCleanup runs f in the background as one of the group's clean-ups.
+func (g *RedlockGroup) goCleanup(f func()) {
+	g.bg.add()
+	go func() {
+		defer g.bg.done()
+		f()
+	}()
+}
+
+// WaitCleanups waits until the group's background work has finished: node
+// commands still in flight after an operation returned (a slow node's
+// acquisition, whose late success is released again), and the releases of
+// abandoned attempts, ended leases and queued releases. It returns nil when
+// none is left, or an error wrapping ctx's once ctx ends first (the work goes
+// on). Call it at shutdown, after closing the leases, so that no token is
+// left behind by the process's exit.
+func (g *RedlockGroup) WaitCleanups(ctx context.Context) error { return g.bg.wait(ctx) }
 
 // Nodes is the number of nodes of the group; Quorum the majority of them an
 // operation needs.
@@ -289,7 +308,9 @@ func (g *RedlockGroup) fanOut(nodes []int, extra time.Duration, wait func(i int)
 	var left atomic.Int32
 	left.Store(int32(len(nodes)))
 	for _, i := range nodes {
+		g.bg.add()
 		go func() {
+			defer g.bg.done()
 			if wait != nil {
 				wait(i)
 			}
@@ -437,7 +458,7 @@ func (g *RedlockGroup) TryAcquire(ctx context.Context, key string, ttl time.Dura
 		g.logger.WarnContext(ctx, "prim: redlock acquisition abandoned (context ended); its token is released in the background",
 			"key", key, "err", ctx.Err())
 		l.stop()
-		go l.releaseOn(cleanupNodes(t), 0, "abandoned acquisition")
+		l.g.goCleanup(func() { l.releaseOn(cleanupNodes(t), 0, "abandoned acquisition") })
 		return nil, fmt.Errorf("%w: acquiring redlock %q: %w", ErrUncertain, key, ctx.Err())
 	}
 	elapsed := time.Since(start)
@@ -730,7 +751,7 @@ func (l *RedlockLease) Renew(ctx context.Context, ttl time.Duration) (bool, erro
 func (l *RedlockLease) end(why string) {
 	l.stop()
 	l.g.logger.Warn("prim: redlock lease ended; its token is removed best-effort from every node", "key", l.key, "why", why)
-	go l.releaseOn(l.allNodes(), 0, "ended lease")
+	l.g.goCleanup(func() { l.releaseOn(l.allNodes(), 0, "ended lease") })
 }
 
 func (l *RedlockLease) allNodes() []int {
@@ -817,11 +838,11 @@ func (l *RedlockLease) Release(ctx context.Context) (bool, error) {
 	case l.op <- struct{}{}:
 	case <-ctx.Done():
 		l.stop()
-		go func() {
+		l.g.goCleanup(func() {
 			l.op <- struct{}{}
 			defer func() { <-l.op }()
 			_, _ = l.releaseQuorum(context.Background())
-		}()
+		})
 		return false, fmt.Errorf("%w: %w", ErrReleasePending, ctx.Err())
 	}
 	defer func() { <-l.op }()

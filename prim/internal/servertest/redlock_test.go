@@ -861,3 +861,37 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 	defer w.mu.Unlock()
 	return w.w.Write(p)
 }
+
+// TestRedlockWaitCleanups: a node command still in flight after the
+// operation returned (r3 is 400ms away each way, the node timeout 100ms)
+// is background work WaitCleanups waits for: a short wait ends with the
+// context's error, a long one returns nil once the reply came.
+func TestRedlockWaitCleanups(t *testing.T) {
+	forEachSet(t, func(t *testing.T, e *rlEnv) {
+		ctx := ctxT(t, time.Minute)
+		g := group(t, e.clients(t, 3))
+		slow := e.link(t, 2)
+		if err := slow.Latency(400*time.Millisecond, 0); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { slow.Heal() })
+		key := e.k("bg")
+		l, err := g.TryAcquire(ctx, key, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := l.Release(ctx); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		if err := g.WaitCleanups(short); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("WaitCleanups while r3's SET is on the wire (800ms round trip): %v, want a deadline error", err)
+		}
+		long, cancel2 := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel2()
+		if err := g.WaitCleanups(long); err != nil {
+			t.Fatalf("WaitCleanups: %v", err)
+		}
+	})
+}
