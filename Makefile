@@ -6,7 +6,7 @@ SERVERS_DIR ?= $(CURDIR)/.servers
 TEST_TIMEOUT ?= 18m
 export COORDTORTURE_SERVERS_DIR := $(SERVERS_DIR)
 
-.PHONY: all servers browser build test test-short lint vet fmt bench server-cost torture torture-long clean help
+.PHONY: all servers images browser build test test-short lint vet fmt bench server-cost torture torture-long clean help
 TORTURE_DURATION ?= 5s
 TORTURE_IMPL ?= all
 TORTURE_LONG_DURATION ?= 1m
@@ -38,6 +38,9 @@ help: ## list targets
 
 servers: ## fetch the pinned Redis/Valkey builds into .servers/ (idempotent; launchers in .servers/<build>/bin/)
 	@scripts/fetch-servers.sh
+
+images: servers ## local Docker images coordtorture/redis:7.0 … coordtorture/valkey:9.1 from .servers/ (no base image, no registry; rebuilt only when a tree changed)
+	@scripts/build-images.sh
 
 browser: ## fetch headless chromium into .servers/chromium/ for the HTML report test (idempotent; make test needs it)
 	@scripts/fetch-chromium.sh
