@@ -11,8 +11,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -189,10 +187,6 @@ func external(t *testing.T, ext *scenarios.External) {
 func TestComposeTopologies(t *testing.T) {
 	builds := engine(t)
 	pick := func(i int) string { return imageOf(builds[i%len(builds)]) }
-	_, file, _, _ := runtime.Caller(0)
-	if err := os.Chdir(filepath.Dir(file)); err != nil {
-		t.Fatal(err)
-	}
 
 	for i, b := range builds {
 		t.Run("standalone/"+b, func(t *testing.T) {

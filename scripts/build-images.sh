@@ -122,6 +122,14 @@ for b in "${builds[@]}"; do
     [ -d "$tree/lib64" ] || extra+=(./lib64)
     extra+=(./lib64/ld-linux-x86-64.so.2)
   fi
+  # A Valkey image answers to the redis-… names too (as Debian's valkey-redis-compat),
+  # also for `docker exec` and healthchecks, which do not go through the entrypoint.
+  if [ "$flavor" = valkey ]; then
+    mkdir -p "$x/usr/bin"
+    for p in "$tree"/usr/bin/valkey-*; do
+      n=${p##*/}; ln -s "$n" "$x/usr/bin/redis-${n#valkey-}"; extra+=("./usr/bin/redis-${n#valkey-}")
+    done
+  fi
   [ ${#extra[@]} -eq 0 ] || tar -C "$x" --no-recursion --owner=0 --group=0 --numeric-owner -rf "$rootfs" "${extra[@]}"
   tar -C "$x" --owner=$uid --group=$uid --numeric-owner -rf "$rootfs" ./data
   "$docker" import \
