@@ -75,10 +75,17 @@ func lookPath(name string) bool { _, err := exec.LookPath(name); return err == n
 
 // project is one compose file brought up under a unique project name.
 type project struct {
-	t    *testing.T
-	file string
-	name string
-	env  []string
+	t     *testing.T
+	file  string
+	name  string
+	env   []string
+	start time.Time // when up began
+}
+
+// serving logs how long the project took from up to serving (the start time
+// the report measures).
+func (p *project) serving() {
+	p.t.Logf("%s: serving %v after up began", p.file, time.Since(p.start).Round(time.Millisecond))
 }
 
 func (p *project) compose(ctx context.Context, args ...string) (string, error) {
@@ -93,7 +100,14 @@ func (p *project) compose(ctx context.Context, args ...string) (string, error) {
 // test passes or fails, and then checks nothing of the project is left.
 func up(t *testing.T, file, image string, env ...string) *project {
 	t.Helper()
-	p := &project{t: t, file: file, name: fmt.Sprintf("cttest%d%s", os.Getpid(), strings.TrimSuffix(file, ".yml")),
+	// Unique per test process and subtest (lower case letters and digits only).
+	name := fmt.Sprintf("cttest%d%s", os.Getpid(), strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return -1
+	}, strings.ToLower(t.Name())))
+	p := &project{t: t, file: file, name: name,
 		env: append([]string{"REDIS_IMAGE=" + image}, env...)}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -111,12 +125,12 @@ func up(t *testing.T, file, image string, env ...string) *project {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	start := time.Now()
+	p.start = time.Now()
 	if out, err := p.compose(ctx, "up", "-d"); err != nil {
 		logs, _ := p.compose(ctx, "logs", "--no-color")
 		t.Fatalf("%s up: %v\n%s\n%s", file, err, out, logs)
 	}
-	t.Logf("%s (%s): up -d in %v", file, image, time.Since(start).Round(time.Millisecond))
+	t.Logf("%s (%s): up -d in %v", file, image, time.Since(p.start).Round(time.Millisecond))
 	return p
 }
 
@@ -197,6 +211,7 @@ func TestComposeTopologies(t *testing.T) {
 			client := redis.NewClient(&redis.Options{Addr: addr})
 			defer client.Close()
 			p.eventually("PING", func(ctx context.Context) error { return client.Ping(ctx).Err() })
+			p.serving()
 			info, err := client.Info(context.Background(), "server").Result()
 			if err != nil || !strings.Contains(info, "process_id:1\r") {
 				t.Errorf("the server is not the container's process 1 (the entrypoint execs it): %v", err)
@@ -231,6 +246,7 @@ func TestComposeTopologies(t *testing.T) {
 				return nil
 			})
 		}
+		p.serving()
 		client := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "mymaster", SentinelAddrs: sentinels})
 		defer client.Close()
 		p.eventually("a fenced lock through the sentinels", func(ctx context.Context) error { return fencedLock(ctx, client, "sentinel") })
@@ -256,17 +272,28 @@ func TestComposeTopologies(t *testing.T) {
 		}
 		client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:7001"}})
 		defer client.Close()
-		slots, err := client.ClusterSlots(context.Background()).Result()
-		if err != nil || len(slots) != 3 {
-			t.Fatalf("CLUSTER SLOTS: %v %v", slots, err)
-		}
-		for _, s := range slots {
-			for _, n := range s.Nodes {
-				if !strings.HasPrefix(n.Addr, "127.0.0.1:700") {
-					t.Errorf("slots %d-%d announce %s, not reachable from the host", s.Start, s.End, n.Addr)
+		// The replicas' roles reach every node by gossip, after cluster_state:ok.
+		p.eventually("three shards of a primary and a replica each, at host addresses", func(ctx context.Context) error {
+			shards, err := client.ClusterShards(ctx).Result()
+			if err != nil {
+				return err
+			}
+			if len(shards) != 3 {
+				return fmt.Errorf("%d shards, want 3: %v", len(shards), shards)
+			}
+			for _, s := range shards {
+				if len(s.Nodes) != 2 {
+					return fmt.Errorf("shard %v has %d nodes, want 2: %v", s.Slots, len(s.Nodes), s.Nodes)
+				}
+				for _, n := range s.Nodes {
+					if n.Endpoint != "127.0.0.1" || n.Port < 7001 || n.Port > 7006 {
+						return fmt.Errorf("shard %v announces %s:%d, not reachable from the host", s.Slots, n.Endpoint, n.Port)
+					}
 				}
 			}
-		}
+			return nil
+		})
+		p.serving()
 		// Locks on several slots, so more than one primary answers.
 		for _, name := range []string{"a", "b", "c", "d"} {
 			p.eventually("a fenced lock on the cluster ("+name+")", func(ctx context.Context) error { return fencedLock(ctx, client, name) })
@@ -293,6 +320,7 @@ func TestComposeTopologies(t *testing.T) {
 				}
 			}
 		}
+		p.serving()
 		if slices.Sort(ids); len(slices.Compact(ids)) != 3 {
 			t.Fatalf("the three ports are not three servers: %v", ids)
 		}
