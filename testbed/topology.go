@@ -46,6 +46,8 @@ type config struct {
 	clientTimeout time.Duration
 	nodeBuilds    map[string]string   // node name -> build (WithNodeBuild)
 	nodeConfig    map[string][]string // node name -> configuration lines (WithNodeConfig)
+	docker        bool                // WithDocker
+	image         string              // WithDocker's image ("" = the build's local image)
 }
 
 func defaults() config {
@@ -152,6 +154,8 @@ type Topology struct {
 	nodeBuilds map[string]*Build // WithNodeBuild's, resolved
 	dir        string
 	sb         *switchboard
+	dk         *dockerEnv // the docker provider's network and labels (WithDocker); nil for local processes
+	announce   string     // the host servers announce: 127.0.0.1, or the docker network's gateway
 	nodes      []*Node
 	sentinels  []*Node
 
@@ -182,7 +186,7 @@ type Node struct {
 	topo  *Topology
 	ip    string
 	dir   string
-	proc  *process
+	proc  server // a local process, or a container (WithDocker)
 	admin *redis.Client
 
 	mu          sync.Mutex
@@ -197,7 +201,12 @@ func (t *Topology) newNode(name string, sentinel bool) (*Node, error) {
 }
 
 func (t *Topology) makeNode(name string, sentinel, aux bool) (*Node, error) {
-	n := &Node{Name: name, Sentinel: sentinel, Aux: aux, topo: t, ip: allocIP(), aof: t.cfg.aof && !sentinel, Build: t.Build}
+	n := &Node{Name: name, Sentinel: sentinel, Aux: aux, topo: t, aof: t.cfg.aof && !sentinel, Build: t.Build}
+	if t.dk != nil {
+		n.ip = t.dk.allocIP()
+	} else {
+		n.ip = allocIP()
+	}
 	if b := t.nodeBuilds[name]; b != nil && !aux {
 		n.Build = b
 	}
@@ -221,7 +230,12 @@ func (t *Topology) makeNode(name string, sentinel, aux bool) (*Node, error) {
 		DialTimeout: t.cfg.adminTimeout, ReadTimeout: t.cfg.adminTimeout, WriteTimeout: t.cfg.adminTimeout,
 		DisableIdentity: true,
 	})
-	n.proc = &process{name: fmt.Sprintf("%s %s (%s)", n.Build.Name, name, n.ip), dir: n.dir, logPath: filepath.Join(n.dir, "server.log")}
+	label := fmt.Sprintf("%s %s (%s)", n.Build.Name, name, n.ip)
+	if t.dk != nil {
+		n.proc = &container{env: t.dk, name: label + " in " + t.dk.image, node: name, ip: n.ip}
+	} else {
+		n.proc = &process{name: label, dir: n.dir, logPath: filepath.Join(n.dir, "server.log")}
+	}
 	switch {
 	case aux:
 		t.mu.Lock()
@@ -246,12 +260,17 @@ func (n *Node) conf() string {
 	w("port %d", serverPort)
 	w("protected-mode no")
 	w("daemonize no")
-	w("dir %s", n.dir)
-	w("logfile %s", n.proc.logPath)
+	if p, ok := n.proc.(*process); ok {
+		w("dir %s", n.dir)
+		w("logfile %s", p.logPath)
+	} else {
+		w("dir /data") // the node's volume
+		w(`logfile ""`) // the container's output
+	}
 	if n.Sentinel {
-		w("sentinel announce-ip 127.0.0.1")
+		w("sentinel announce-ip %s", t.announce)
 		w("sentinel announce-port %s", port(n.Addr))
-		w("sentinel monitor %s 127.0.0.1 %s %d", MasterName, port(t.nodes[0].Addr), len(t.sentinels)/2+1)
+		w("sentinel monitor %s %s %s %d", MasterName, t.announce, port(t.nodes[0].Addr), len(t.sentinels)/2+1)
 		w("sentinel down-after-milliseconds %s %d", MasterName, t.cfg.downAfter.Milliseconds())
 		w("sentinel failover-timeout %s %d", MasterName, t.cfg.failoverTO.Milliseconds())
 		w("sentinel parallel-syncs %s 1", MasterName)
@@ -268,10 +287,10 @@ func (n *Node) conf() string {
 	w("repl-timeout %d", max(1, int(t.cfg.replTimeout.Seconds())))
 	w("repl-ping-replica-period 1")
 	w("repl-diskless-sync-delay 0")
-	w("replica-announce-ip 127.0.0.1")
+	w("replica-announce-ip %s", t.announce)
 	w("replica-announce-port %s", port(n.Addr))
 	if n.replicaOf != nil && t.Kind != KindCluster { // cluster nodes keep roles in nodes.conf
-		w("replicaof 127.0.0.1 %s", port(n.replicaOf.Addr))
+		w("replicaof %s %s", t.announce, port(n.replicaOf.Addr))
 	}
 	if n.Aux {
 		return b.String() // standalone, without the topology's extra lines
@@ -280,7 +299,7 @@ func (n *Node) conf() string {
 		w("cluster-enabled yes")
 		w("cluster-config-file nodes.conf")
 		w("cluster-node-timeout %d", t.cfg.nodeTimeout.Milliseconds())
-		w("cluster-announce-ip 127.0.0.1")
+		w("cluster-announce-ip %s", t.announce)
 		w("cluster-announce-port %s", port(n.Addr))
 		w("cluster-announce-bus-port %s", port(n.BusAddr))
 		w("cluster-port %d", serverPort+10000)
@@ -297,6 +316,24 @@ func (n *Node) conf() string {
 // start writes the node's configuration (sentinels keep theirs: they rewrite it
 // themselves) and starts the process, waiting for PING.
 func (n *Node) start(ctx context.Context) error {
+	if c, ok := n.proc.(*container); ok {
+		n.mu.Lock()
+		offset := n.clockOffset
+		c.conf = []byte(n.conf())
+		n.mu.Unlock()
+		if offset != 0 {
+			return fmt.Errorf("%w: a clock offset (%s)", ErrNotOnDocker, n.Name)
+		}
+		c.keep = n.Sentinel
+		c.argv = []string{n.Build.Flavor + "-server", "/data/server.conf"}
+		if n.Sentinel {
+			c.argv = append(c.argv, "--sentinel")
+		}
+		if err := c.start(); err != nil {
+			return err
+		}
+		return n.waitStarted(ctx)
+	}
 	confPath := filepath.Join(n.dir, "server.conf")
 	n.mu.Lock()
 	offset := n.clockOffset
@@ -312,18 +349,24 @@ func (n *Node) start(ctx context.Context) error {
 	if n.Sentinel {
 		args = append(args, "--sentinel")
 	}
-	n.proc.argv, n.proc.env = n.Build.command(args...), nil
+	p := n.proc.(*process)
+	p.argv, p.env = n.Build.command(args...), nil
 	if offset != 0 {
 		lib, err := clockSkewLib()
 		if err != nil {
 			return err
 		}
-		n.proc.argv, n.proc.env = n.Build.commandWithPreload(lib, args...)
-		n.proc.env = append(n.proc.env, fmt.Sprintf("COORDTORTURE_CLOCK_OFFSET_MS=%d", offset.Milliseconds()))
+		p.argv, p.env = n.Build.commandWithPreload(lib, args...)
+		p.env = append(p.env, fmt.Sprintf("COORDTORTURE_CLOCK_OFFSET_MS=%d", offset.Milliseconds()))
 	}
-	if err := n.proc.start(); err != nil {
+	if err := p.start(); err != nil {
 		return err
 	}
+	return n.waitStarted(ctx)
+}
+
+// waitStarted waits until the started server answers PING.
+func (n *Node) waitStarted(ctx context.Context) error {
 	err := waitFor(ctx, n.topo.cfg.startTimeout, n.Name+" to answer PING", func(ctx context.Context) (bool, error) {
 		if done, exitErr := n.proc.exited(); done {
 			return false, &exitedError{exitErr}
@@ -400,8 +443,30 @@ func newTopology(kind Kind, build string, opts []Option) (*Topology, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Topology{Kind: kind, Build: b, cfg: cfg, nodeBuilds: nodeBuilds, dir: dir, peers: map[string]string{}}
+	t := &Topology{Kind: kind, Build: b, cfg: cfg, nodeBuilds: nodeBuilds, dir: dir, peers: map[string]string{}, announce: "127.0.0.1"}
 	t.sb = newSwitchboard(cfg.logf)
+	if cfg.docker {
+		if len(nodeBuilds) > 0 {
+			t.sb.close()
+			_ = os.RemoveAll(dir)
+			forgetDir(dir)
+			return nil, fmt.Errorf("%w: WithNodeBuild is for local processes, not WithDocker", ErrBadOption)
+		}
+		image := cfg.image
+		if image == "" {
+			image = ImageOf(b.Name)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		if t.dk, err = newDockerEnv(ctx, image); err != nil {
+			t.sb.close()
+			_ = os.RemoveAll(dir)
+			forgetDir(dir)
+			return nil, err
+		}
+		t.announce = t.dk.gateway
+		t.sb.listenIP = t.dk.gateway
+	}
 	return t, nil
 }
 
@@ -703,7 +768,7 @@ func NewCluster(ctx context.Context, build string, primaries, replicasPerPrimary
 	}
 	first := t.nodes[0]
 	for _, n := range t.nodes[1:] {
-		if err := first.admin.Do(ctx, "CLUSTER", "MEET", "127.0.0.1", port(n.Addr), port(n.BusAddr)).Err(); err != nil {
+		if err := first.admin.Do(ctx, "CLUSTER", "MEET", t.announce, port(n.Addr), port(n.BusAddr)).Err(); err != nil {
 			return nil, t.withLogs(fmt.Errorf("CLUSTER MEET %s: %w", n.Name, err), first)
 		}
 	}
@@ -819,7 +884,7 @@ func shardPrimary(s redis.ClusterShard) string {
 func (t *Topology) withLogs(err error, ns ...*Node) error {
 	var b strings.Builder
 	for _, n := range ns {
-		fmt.Fprintf(&b, "\n=== %s log\n%s", n.proc.name, n.LogTail(20))
+		fmt.Fprintf(&b, "\n=== %s log\n%s", n.proc.label(), n.LogTail(20))
 	}
 	return fmt.Errorf("%w%s", err, b.String())
 }
@@ -854,7 +919,7 @@ func (t *Topology) Dir() string { return t.dir }
 func (t *Topology) Logs(lines int) string {
 	var b strings.Builder
 	for _, n := range append(append(t.Nodes(), t.sentinels...), t.Aux()...) {
-		fmt.Fprintf(&b, "=== %s\n%s\n", n.proc.name, n.LogTail(lines))
+		fmt.Fprintf(&b, "=== %s\n%s\n", n.proc.label(), n.LogTail(lines))
 	}
 	return b.String()
 }
@@ -884,9 +949,13 @@ func (t *Topology) Close() error {
 	}
 	wg.Wait()
 	t.sb.close()
+	var derr error
+	if t.dk != nil {
+		derr = t.dk.close()
+	}
 	err := os.RemoveAll(t.dir)
 	forgetDir(t.dir)
-	return err
+	return errors.Join(err, derr)
 }
 
 func infoField(info, key string) string {

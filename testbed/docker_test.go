@@ -1,0 +1,174 @@
+package testbed
+
+import (
+	"context"
+	"errors"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// dockerBuild skips when no Docker engine is reachable (the only reason) and
+// builds the build's local image (scripts/build-images.sh; a no-op when it is
+// up to date).
+func dockerBuild(t *testing.T) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := DockerAvailable(ctx); err != nil {
+		t.Skipf("the docker provider needs a Docker engine: %v", err)
+	}
+	b := Matrix()[0]
+	if b == CustomBuild {
+		t.Skip("a binary of your own (" + EnvServerBin + ") has no image")
+	}
+	if out, err := exec.Command("../scripts/build-images.sh", b).CombinedOutput(); err != nil {
+		t.Fatalf("scripts/build-images.sh %s: %v\n%s", b, err, out)
+	}
+	return b
+}
+
+// dockerLeft lists what is left on the engine with the run's label.
+func dockerLeft(t *testing.T, run string) string {
+	t.Helper()
+	var left []string
+	for _, kind := range [][]string{{"ps", "-a"}, {"network", "ls"}, {"volume", "ls"}} {
+		args := append(kind, "-q", "--filter", "label="+LabelRun+"="+run)
+		out, err := exec.Command("docker", args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("docker %v: %v %s", args, err, out)
+		}
+		if s := strings.TrimSpace(string(out)); s != "" {
+			left = append(left, kind[0]+": "+s)
+		}
+	}
+	return strings.Join(left, "; ")
+}
+
+// TestDockerReplicated runs a primary, two replicas and three sentinels in
+// containers and drives the fault API through them: a client through the
+// switchboard, a cut client link, pause and resume, a sentinel failover
+// after the primary is killed, a restart without persistence (empty) and
+// with AOF on the node's volume (data kept), a network disconnect. Close
+// leaves no container, network or volume with the run's label.
+func TestDockerReplicated(t *testing.T) {
+	build := dockerBuild(t)
+	ctx := context.Background()
+	topo, err := NewReplicated(ctx, build, 2, 3, WithDocker(""), WithLogf(t.Logf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := topo.dk.run
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			topo.Close()
+		}
+		if left := dockerLeft(t, run); left != "" {
+			t.Errorf("left after Close: %s", left)
+		}
+	})
+	if !topo.OnDocker() || !strings.HasPrefix(topo.Node("n1").Addr, topo.announce+":") || topo.announce == "127.0.0.1" {
+		t.Fatalf("announced %s, gateway %s", topo.Node("n1").Addr, topo.announce)
+	}
+	c, err := topo.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatalf("SET through the switchboard: %v\n%s", err, topo.Logs(20))
+	}
+	if err := topo.WaitInSync(ctx, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// A cut client link: the client cannot reach the primary, a replica's
+	// own link is untouched.
+	if err := topo.Partition(ClientPeer, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	if err := c.Get(sctx, "k").Err(); err == nil {
+		t.Error("GET answered across a cut client link")
+	}
+	cancel()
+	if err := topo.HealAll(); err != nil {
+		t.Fatal(err)
+	}
+	// Pause: the server answers nothing, and again once resumed.
+	if err := topo.Pause("n2"); err != nil {
+		t.Fatal(err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, time.Second)
+	if err := topo.Node("n2").Admin().Ping(pctx).Err(); err == nil {
+		t.Error("a paused container answered PING")
+	}
+	cancel()
+	if err := topo.Resume("n2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := topo.Node("n2").Admin().Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING after resume: %v", err)
+	}
+	// Sentinel failover.
+	np, err := topo.FailoverSentinel(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if np.Name == "n1" {
+		t.Fatal("failover kept n1")
+	}
+	// Kill and restart without persistence: the node comes back empty.
+	if err := topo.Kill("n1"); err != nil {
+		t.Fatal(err)
+	}
+	if topo.Node("n1").Running() {
+		t.Fatal("n1 runs after Kill")
+	}
+	if err := topo.Start(ctx, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	// With AOF on the node's volume, a killed node keeps its data.
+	if err := topo.Restart(ctx, "n1", WithAOFOnRestart(true)); err != nil {
+		t.Fatal(err)
+	}
+	n1 := topo.Node("n1").Admin()
+	if err := n1.Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := n1.Set(ctx, "kept", "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := topo.Restart(ctx, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := n1.Get(ctx, "kept").Result(); err != nil || v != "1" {
+		t.Errorf("after a restart with AOF on the volume: %q %v", v, err)
+	}
+	if err := topo.Restart(ctx, "n1", WithAOFOnRestart(false)); err != nil {
+		t.Fatal(err)
+	}
+	// Disconnect: nothing reaches the node until Reconnect.
+	if err := topo.Disconnect(ctx, "n3"); err != nil {
+		t.Fatal(err)
+	}
+	dctx, cancel := context.WithTimeout(ctx, time.Second)
+	if err := topo.Node("n3").Admin().Ping(dctx).Err(); err == nil {
+		t.Error("a disconnected container answered PING")
+	}
+	cancel()
+	if err := topo.Reconnect(ctx, "n3"); err != nil {
+		t.Fatal(err)
+	}
+	if err := topo.Node("n3").Admin().Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING after reconnect: %v", err)
+	}
+	// A clock offset is not available here.
+	if err := topo.SetClockOffset(ctx, "n2", time.Second); !errors.Is(err, ErrNotOnDocker) {
+		t.Errorf("SetClockOffset: %v, want ErrNotOnDocker", err)
+	}
+	closed = true
+	if err := topo.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+}
