@@ -264,7 +264,7 @@ func (n *Node) conf() string {
 		w("dir %s", n.dir)
 		w("logfile %s", p.logPath)
 	} else {
-		w("dir /data") // the node's volume
+		w("dir /data")  // the node's volume
 		w(`logfile ""`) // the container's output
 	}
 	if n.Sentinel {
