@@ -6,7 +6,7 @@ SERVERS_DIR ?= $(CURDIR)/.servers
 TEST_TIMEOUT ?= 18m
 export COORDTORTURE_SERVERS_DIR := $(SERVERS_DIR)
 
-.PHONY: all servers images browser build test test-short lint vet fmt bench server-cost torture torture-long clean help
+.PHONY: all servers images browser build test test-short lint vet fmt bench server-cost torture torture-docker torture-long clean help
 TORTURE_DURATION ?= 5s
 TORTURE_IMPL ?= all
 TORTURE_LONG_DURATION ?= 1m
@@ -87,6 +87,9 @@ build: ## build bin/coordtorture and bin/fencecheck (their exit status: 0 held, 
 
 torture: servers build ## the default suite (TORTURE_SUITE: the lock families and part of ratelimit, semaphore and rwlock; SCENARIOS=… for others), prim and the peer libraries, on local servers (report in runs/latest)
 	@cmd='$(BIN)/coordtorture run --impl $(TORTURE_IMPL) --duration $(TORTURE_DURATION) --out $(TORTURE_OUT) $(TORTURE_FLAGS) $(or $(SCENARIOS),$(TORTURE_SUITE))'; echo "$$cmd"; set -f; $$cmd; $(coordtorture-status)
+
+torture-docker: images build ## the default suite with every server in a container (the docker provider; local images from make images, or TORTURE_IMAGE=…)
+	@cmd='$(BIN)/coordtorture run --provider docker $(if $(TORTURE_IMAGE),--image $(TORTURE_IMAGE)) --impl $(TORTURE_IMPL) --duration $(TORTURE_DURATION) --out $(or $(TORTURE_OUT_DOCKER),runs/docker) $(TORTURE_FLAGS) $(or $(SCENARIOS),$(TORTURE_SUITE))'; echo "$$cmd"; set -f; $$cmd; $(coordtorture-status)
 
 torture-long: servers build ## the suite on every fetched build, TORTURE_LONG_DURATION (1m) a scenario: about 5 hours (five builds)
 	@cmd='$(BIN)/coordtorture matrix --impl $(TORTURE_IMPL) --duration $(TORTURE_LONG_DURATION) --out runs/long $(TORTURE_FLAGS) $(SCENARIOS)'; echo "$$cmd"; set -f; $$cmd; $(coordtorture-status)

@@ -134,6 +134,7 @@ func (e *dockerEnv) labels() map[string]string {
 // newDockerEnv makes the topology's network on a random /24 of 10.0.0.0/8
 // (another one when the engine says it overlaps one in use).
 func newDockerEnv(ctx context.Context, image string) (*dockerEnv, error) {
+	spawner() // the SIGINT/SIGTERM handler (KillAll), unless the caller handles signals
 	cli, err := dockerClient(ctx)
 	if err != nil {
 		return nil, err
