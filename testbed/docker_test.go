@@ -1,10 +1,16 @@
 package testbed
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"os"
 	"os/exec"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -170,5 +176,130 @@ func TestDockerReplicated(t *testing.T) {
 	closed = true
 	if err := topo.Close(); err != nil {
 		t.Errorf("Close: %v", err)
+	}
+}
+
+// TestDockerClusterAndIndependent: a cluster of three primaries with a
+// replica each and an independent set of three, in containers: the cluster
+// announces the switchboard's addresses, a cluster client works through
+// them on every primary, and a cut client link to one node is felt there
+// only.
+func TestDockerClusterAndIndependent(t *testing.T) {
+	build := dockerBuild(t)
+	ctx := context.Background()
+	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
+		start := time.Now()
+		topo := Cluster(t, build, 3, 1, WithDocker(""))
+		t.Logf("docker cluster 3×1 ready in %v", time.Since(start).Round(time.Millisecond))
+		c, err := topo.Client()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 30 {
+			k := "k" + strconv.Itoa(i)
+			if err := c.Set(ctx, k, i, 0).Err(); err != nil {
+				t.Fatalf("SET %s: %v", k, err)
+			}
+		}
+		shards, err := topo.Node("n1").Admin().ClusterShards(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range shards {
+			for _, n := range s.Nodes {
+				if n.Endpoint != topo.announce {
+					t.Errorf("a shard node announces %s, not the switchboard's %s", n.Endpoint, topo.announce)
+				}
+			}
+		}
+	})
+	t.Run("independent", func(t *testing.T) {
+		t.Parallel()
+		start := time.Now()
+		topo := IndependentSet(t, build, 3, WithDocker(""))
+		t.Logf("docker independent set of 3 ready in %v", time.Since(start).Round(time.Millisecond))
+		for _, n := range topo.Nodes() {
+			c, err := topo.NodeClient(n.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Set(ctx, "k", n.Name, 0).Err(); err != nil {
+				t.Fatalf("SET on %s: %v", n.Name, err)
+			}
+		}
+		if err := topo.Isolate("r2"); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range topo.Nodes() {
+			c, _ := topo.NodeClient(n.Name)
+			cctx, cancel := context.WithTimeout(ctx, time.Second)
+			v, err := c.Get(cctx, "k").Result()
+			cancel()
+			if n.Name == "r2" && err == nil {
+				t.Error("r2 answered while isolated")
+			}
+			if n.Name != "r2" && (err != nil || v != n.Name) {
+				t.Errorf("%s: %q %v", n.Name, v, err)
+			}
+		}
+	})
+}
+
+// TestDockerInterrupt: a process holding docker topologies that gets SIGINT
+// removes every container, network and volume it made before it exits (the
+// testbed's own handler, as for local servers).
+func TestDockerInterrupt(t *testing.T) {
+	if os.Getenv("COORDTORTURE_DOCKER_INTERRUPT_CHILD") != "" {
+		topo, err := NewStandalone(context.Background(), Matrix()[0], WithDocker(""))
+		if err != nil {
+			fmt.Println("ERROR", err)
+			os.Exit(3)
+		}
+		fmt.Println("READY", topo.dk.run)
+		time.Sleep(time.Minute)
+		os.Exit(4) // not reached: the parent interrupts
+	}
+	dockerBuild(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestDockerInterrupt$", "-test.v")
+	cmd.Env = append(os.Environ(), "COORDTORTURE_DOCKER_INTERRUPT_CHILD=1")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(out)
+	run := ""
+	for sc.Scan() {
+		if r, ok := strings.CutPrefix(sc.Text(), "READY "); ok {
+			run = r
+			break
+		}
+		if strings.HasPrefix(sc.Text(), "ERROR") {
+			break
+		}
+	}
+	if run == "" {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatal("the child did not start its topology")
+	}
+	if left := dockerLeft(t, run); !strings.Contains(left, "ps: ") {
+		t.Fatalf("no container of the child's run before the interrupt: %q", left)
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 130 {
+		t.Errorf("the child exited with %v, want status 130 (SIGINT)", err)
+	}
+	if left := dockerLeft(t, run); left != "" {
+		t.Errorf("left after SIGINT: %s", left)
 	}
 }
