@@ -48,9 +48,12 @@ import (
 
 // Labels the docker provider puts on every container, volume and network.
 const (
-	LabelRun = "coordtorture.run"
-	LabelPid = "coordtorture.pid"
+	LabelRun  = "coordtorture.run"
+	LabelPid  = "coordtorture.pid"
+	LabelHost = "coordtorture.host" // the host name: a sweep judges only its own host's pids
 )
+
+func hostName() string { h, _ := os.Hostname(); return h }
 
 // ErrNoDocker is returned by a WithDocker topology when no Docker engine is
 // reachable.
@@ -128,7 +131,7 @@ type dockerEnv struct {
 }
 
 func (e *dockerEnv) labels() map[string]string {
-	return map[string]string{LabelRun: e.run, LabelPid: strconv.Itoa(os.Getpid())}
+	return map[string]string{LabelRun: e.run, LabelPid: strconv.Itoa(os.Getpid()), LabelHost: hostName()}
 }
 
 // newDockerEnv makes the topology's network on a random /24 of 10.0.0.0/8
@@ -219,12 +222,12 @@ func (e *dockerEnv) close() error {
 	return removeLabelled(context.Background(), e.cli, LabelRun+"="+e.run)
 }
 
-// removeLabelled removes every container, volume and network with the label
-// (key=value), in that order.
-func removeLabelled(ctx context.Context, cli *testcontainers.DockerClient, label string) error {
+// removeLabelled removes every container, volume and network with all the
+// labels (key=value), in that order.
+func removeLabelled(ctx context.Context, cli *testcontainers.DockerClient, labels ...string) error {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	f := make(client.Filters).Add("label", label)
+	f := make(client.Filters).Add("label", labels...)
 	var errs []error
 	cs, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
 	errs = append(errs, err)
@@ -255,15 +258,16 @@ func ignoreNotFound(err error) error {
 }
 
 // SweepDocker removes the containers, volumes and networks of docker
-// topologies whose process is no longer alive (the coordtorture.pid label),
-// as a killed run leaves them. The first docker topology of a process calls
+// topologies whose process is no longer alive (the coordtorture.pid label;
+// only those of this host, coordtorture.host, whose pids it can tell), as a
+// killed run leaves them. The first docker topology of a process calls
 // it; it does nothing when no engine is reachable.
 func SweepDocker(ctx context.Context) {
 	cli, err := dockerClient(ctx)
 	if err != nil {
 		return
 	}
-	f := make(client.Filters).Add("label", LabelPid)
+	f := make(client.Filters).Add("label", LabelPid).Add("label", LabelHost+"="+hostName())
 	dead := map[string]bool{}
 	check := func(labels map[string]string) {
 		p := labels[LabelPid]
@@ -290,7 +294,7 @@ func SweepDocker(ctx context.Context) {
 	}
 	for p, isDead := range dead {
 		if isDead {
-			_ = removeLabelled(ctx, cli, LabelPid+"="+p)
+			_ = removeLabelled(ctx, cli, LabelPid+"="+p, LabelHost+"="+hostName())
 		}
 	}
 }

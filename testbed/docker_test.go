@@ -3,6 +3,8 @@ package testbed
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -301,5 +303,47 @@ func TestDockerInterrupt(t *testing.T) {
 	}
 	if left := dockerLeft(t, run); left != "" {
 		t.Errorf("left after SIGINT: %s", left)
+	}
+}
+
+// TestSweepDocker: what a run whose process is gone left (its pid label names
+// no process) is removed; what a live process's run holds is not.
+func TestSweepDocker(t *testing.T) {
+	build := dockerBuild(t)
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	host, _ := os.Hostname()
+	mk := func(run string, pid int) {
+		labels := []string{"--label", LabelRun + "=" + run, "--label", LabelPid + "=" + strconv.Itoa(pid), "--label", LabelHost + "=" + host}
+		for _, args := range [][]string{
+			append([]string{"create"}, append(labels, ImageOf(build))...),
+			append([]string{"volume", "create"}, labels...),
+			append([]string{"network", "create"}, append(labels, run)...),
+		} {
+			if out, err := exec.Command("docker", args...).CombinedOutput(); err != nil {
+				t.Fatalf("docker %v: %v %s", args, err, out)
+			}
+		}
+	}
+	var id [4]byte
+	_, _ = rand.Read(id[:])
+	stale, live := "sweeptest-stale-"+hex.EncodeToString(id[:]), "sweeptest-live-"+hex.EncodeToString(id[:])
+	t.Cleanup(func() {
+		cli, err := dockerClient(context.Background())
+		if err == nil {
+			_ = removeLabelled(context.Background(), cli, LabelRun+"="+live)
+			_ = removeLabelled(context.Background(), cli, LabelRun+"="+stale)
+		}
+	})
+	mk(stale, dead.Process.Pid)
+	mk(live, os.Getpid())
+	SweepDocker(context.Background())
+	if left := dockerLeft(t, stale); left != "" {
+		t.Errorf("the stale run's resources survived the sweep: %s", left)
+	}
+	if left := dockerLeft(t, live); strings.Count(left, ":") != 3 {
+		t.Errorf("the live run's container, volume and network should stay: %q", left)
 	}
 }
