@@ -8,6 +8,7 @@ import (
 
 	"github.com/coordtorture/coordtorture/scenarios"
 	"github.com/coordtorture/coordtorture/testbed"
+	"github.com/coordtorture/coordtorture/testbed/docker"
 )
 
 // TestProviderParity: a chosen set of scenarios gives the same verdicts on
@@ -18,7 +19,7 @@ import (
 // Docker engine is reachable.
 func TestProviderParity(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	err := testbed.DockerAvailable(ctx)
+	err := docker.Available(ctx)
 	cancel()
 	if err != nil {
 		t.Skipf("the docker provider needs a Docker engine: %v", err)

@@ -20,6 +20,7 @@ import (
 	"github.com/coordtorture/coordtorture/history"
 	"github.com/coordtorture/coordtorture/models"
 	"github.com/coordtorture/coordtorture/testbed"
+	"github.com/coordtorture/coordtorture/testbed/docker"
 )
 
 // Verdict is a property's or a scenario's outcome (models.Judgement: the
@@ -65,7 +66,7 @@ type Config struct {
 	// nemesis refuse to run), and every key the run writes carries a random
 	// prefix and is deleted afterwards.
 	External *External
-	// Docker, when set, runs the servers in containers (testbed.WithDocker)
+	// Docker, when set, runs the servers in containers (testbed/docker.Provider)
 	// instead of local processes, with the same faults (but for clock
 	// offsets); its Image "" is the build's local image (make images).
 	Docker *Docker
@@ -341,7 +342,7 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 		if cfg.Docker != nil {
 			provider, target = "docker", cfg.Docker.Image
 			if target == "" {
-				target = testbed.ImageOf(buildName)
+				target = docker.ImageOf(buildName)
 			}
 		}
 		if s.Algo == "" && !s.Sem && !s.Latches && !s.RW { // a rate limiter, a semaphore, a latch or a read-write lease protects no resource
@@ -598,7 +599,7 @@ func startTopology(ctx context.Context, t Topology, cfg Config) (*testbed.Topolo
 		cfg.Build = t.Build
 	}
 	if cfg.Docker != nil {
-		opts = append(opts, testbed.WithDocker(cfg.Docker.Image))
+		opts = append(opts, docker.Provider(cfg.Docker.Image))
 	}
 	switch t.Kind {
 	case testbed.KindReplicated:

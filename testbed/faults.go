@@ -642,33 +642,31 @@ func (t *Topology) ServerTime(ctx context.Context, name string) (time.Time, erro
 
 // Disconnect takes a node's container off the topology's network (docker
 // network disconnect): every link to and from it breaks at once, and its
-// address answers nothing until Reconnect. Docker provider only (WithDocker):
-// elsewhere ErrNotOnDocker's counterpart, an error saying so.
+// address answers nothing until Reconnect. With servers in containers only
+// (WithContainers): elsewhere ErrNotInContainers.
 func (t *Topology) Disconnect(ctx context.Context, name string) error {
 	n, err := t.mustNode(name)
 	if err != nil {
 		return err
 	}
-	c, ok := n.proc.(*container)
+	c, ok := n.proc.(*ctrServer)
 	if !ok {
-		return fmt.Errorf("testbed: Disconnect needs the docker provider (WithDocker)")
+		return fmt.Errorf("%w: Disconnect (%s runs as a local process)", ErrNotInContainers, name)
 	}
-	return c.disconnect(ctx)
+	return c.Disconnect(ctx)
 }
 
 // Reconnect puts a disconnected node's container back on the topology's
-// network with its address (docker network connect). Docker provider only.
+// network with its address (docker network connect). With servers in
+// containers only (WithContainers).
 func (t *Topology) Reconnect(ctx context.Context, name string) error {
 	n, err := t.mustNode(name)
 	if err != nil {
 		return err
 	}
-	c, ok := n.proc.(*container)
+	c, ok := n.proc.(*ctrServer)
 	if !ok {
-		return fmt.Errorf("testbed: Reconnect needs the docker provider (WithDocker)")
+		return fmt.Errorf("%w: Reconnect (%s runs as a local process)", ErrNotInContainers, name)
 	}
-	return c.connect(ctx)
+	return c.Connect(ctx)
 }
-
-// OnDocker reports whether the topology's servers run in containers (WithDocker).
-func (t *Topology) OnDocker() bool { return t.dk != nil }

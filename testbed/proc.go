@@ -98,7 +98,7 @@ func KillAll() {
 		_ = os.RemoveAll(d)
 		forgetDir(d)
 	}
-	killAllDocker()
+	closeAllNets()
 }
 
 const tempPrefix = "coordtorture-"

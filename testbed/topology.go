@@ -46,8 +46,7 @@ type config struct {
 	clientTimeout time.Duration
 	nodeBuilds    map[string]string   // node name -> build (WithNodeBuild)
 	nodeConfig    map[string][]string // node name -> configuration lines (WithNodeConfig)
-	docker        bool                // WithDocker
-	image         string              // WithDocker's image ("" = the build's local image)
+	containers    Containers          // WithContainers
 }
 
 func defaults() config {
@@ -154,8 +153,8 @@ type Topology struct {
 	nodeBuilds map[string]*Build // WithNodeBuild's, resolved
 	dir        string
 	sb         *switchboard
-	dk         *dockerEnv // the docker provider's network and labels (WithDocker); nil for local processes
-	announce   string     // the host servers announce: 127.0.0.1, or the docker network's gateway
+	ctr        ContainerNetwork // the servers' container network (WithContainers); nil for local processes
+	announce   string           // the host servers announce: 127.0.0.1, or the container network's gateway
 	nodes      []*Node
 	sentinels  []*Node
 
@@ -202,8 +201,8 @@ func (t *Topology) newNode(name string, sentinel bool) (*Node, error) {
 
 func (t *Topology) makeNode(name string, sentinel, aux bool) (*Node, error) {
 	n := &Node{Name: name, Sentinel: sentinel, Aux: aux, topo: t, aof: t.cfg.aof && !sentinel, Build: t.Build}
-	if t.dk != nil {
-		n.ip = t.dk.allocIP()
+	if t.ctr != nil {
+		n.ip = t.ctr.AllocIP()
 	} else {
 		n.ip = allocIP()
 	}
@@ -231,8 +230,8 @@ func (t *Topology) makeNode(name string, sentinel, aux bool) (*Node, error) {
 		DisableIdentity: true,
 	})
 	label := fmt.Sprintf("%s %s (%s)", n.Build.Name, name, n.ip)
-	if t.dk != nil {
-		n.proc = &container{env: t.dk, name: label + " in " + t.dk.image, node: name, ip: n.ip}
+	if t.ctr != nil {
+		n.proc = &ctrServer{ContainerServer: t.ctr.Server(name, n.ip, label+" in "+t.ctr.Image())}
 	} else {
 		n.proc = &process{name: label, dir: n.dir, logPath: filepath.Join(n.dir, "server.log")}
 	}
@@ -316,13 +315,13 @@ func (n *Node) conf() string {
 // start writes the node's configuration (sentinels keep theirs: they rewrite it
 // themselves) and starts the process, waiting for PING.
 func (n *Node) start(ctx context.Context) error {
-	if c, ok := n.proc.(*container); ok {
+	if c, ok := n.proc.(*ctrServer); ok {
 		n.mu.Lock()
 		offset := n.clockOffset
 		c.conf = []byte(n.conf())
 		n.mu.Unlock()
 		if offset != 0 {
-			return fmt.Errorf("%w: a clock offset (%s)", ErrNotOnDocker, n.Name)
+			return fmt.Errorf("%w: a clock offset (%s)", ErrNotInContainers, n.Name)
 		}
 		c.keep = n.Sentinel
 		c.argv = []string{n.Build.Flavor + "-server", "/data/server.conf"}
@@ -445,27 +444,25 @@ func newTopology(kind Kind, build string, opts []Option) (*Topology, error) {
 	}
 	t := &Topology{Kind: kind, Build: b, cfg: cfg, nodeBuilds: nodeBuilds, dir: dir, peers: map[string]string{}, announce: "127.0.0.1"}
 	t.sb = newSwitchboard(cfg.logf)
-	if cfg.docker {
+	if cfg.containers != nil {
 		if len(nodeBuilds) > 0 {
 			t.sb.close()
 			_ = os.RemoveAll(dir)
 			forgetDir(dir)
-			return nil, fmt.Errorf("%w: WithNodeBuild is for local processes, not WithDocker", ErrBadOption)
+			return nil, fmt.Errorf("%w: WithNodeBuild is for local processes, not WithContainers", ErrBadOption)
 		}
-		image := cfg.image
-		if image == "" {
-			image = ImageOf(b.Name)
-		}
+		spawner() // the SIGINT/SIGTERM handler (KillAll), unless the caller handles signals
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
-		if t.dk, err = newDockerEnv(ctx, image); err != nil {
+		if t.ctr, err = cfg.containers.Network(ctx, b.Name); err != nil {
 			t.sb.close()
 			_ = os.RemoveAll(dir)
 			forgetDir(dir)
 			return nil, err
 		}
-		t.announce = t.dk.gateway
-		t.sb.listenIP = t.dk.gateway
+		trackNet(t.ctr, true)
+		t.announce = t.ctr.Gateway()
+		t.sb.listenIP = t.ctr.Gateway()
 	}
 	return t, nil
 }
@@ -950,8 +947,9 @@ func (t *Topology) Close() error {
 	wg.Wait()
 	t.sb.close()
 	var derr error
-	if t.dk != nil {
-		derr = t.dk.close()
+	if t.ctr != nil {
+		derr = t.ctr.Close()
+		trackNet(t.ctr, false)
 	}
 	err := os.RemoveAll(t.dir)
 	forgetDir(t.dir)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/coordtorture/coordtorture/testbed"
+	"github.com/coordtorture/coordtorture/testbed/docker"
 )
 
 // TestDockerProvider: `run --provider docker` runs a scenario with its
@@ -18,7 +19,7 @@ import (
 // provider and the image. Skips only when no Docker engine is reachable.
 func TestDockerProvider(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	err := testbed.DockerAvailable(ctx)
+	err := docker.Available(ctx)
 	cancel()
 	if err != nil {
 		t.Skipf("the docker provider needs a Docker engine: %v", err)
@@ -41,7 +42,7 @@ func TestDockerProvider(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`"provider": "docker"`, `"target": "` + testbed.ImageOf(b) + `"`} {
+	for _, want := range []string{`"provider": "docker"`, `"target": "` + docker.ImageOf(b) + `"`} {
 		if !strings.Contains(string(rep), want) {
 			t.Errorf("report.json lacks %s", want)
 		}

@@ -1,4 +1,8 @@
-package testbed
+// Package docker is the docker provider of the testbed, on testcontainers-go:
+// Provider runs a topology's servers in containers (testbed.WithContainers).
+// It is a package of its own so that importing testbed brings no container
+// library into a module's build.
+package docker
 
 import (
 	"bytes"
@@ -24,9 +28,11 @@ import (
 	"github.com/testcontainers/testcontainers-go"
 	tclog "github.com/testcontainers/testcontainers-go/log"
 	tcnetwork "github.com/testcontainers/testcontainers-go/network"
+
+	"github.com/coordtorture/coordtorture/testbed"
 )
 
-// The docker provider (WithDocker): every server of a topology runs in a
+// The docker provider (Provider): every server of a topology runs in a
 // container of its own on a user-defined network of the topology's, with a
 // static address there. The switchboard listens on the network's gateway
 // (the host's own address on that bridge, which the containers reach), so
@@ -36,15 +42,15 @@ import (
 // container can be paused (docker pause: the cgroup freezer), killed (SIGKILL)
 // and started again (a new container on the node's volume, so its data
 // directory persists as a local node's does), and disconnected from the
-// network (Disconnect, Reconnect).
+// network (Topology.Disconnect, Reconnect).
 //
 // Clean-up is the provider's own (Ryuk, testcontainers' reaper, cannot be
 // pulled where no registry is reachable, and is turned off): everything it
 // creates carries the labels coordtorture.run (the topology's run id) and
 // coordtorture.pid (this process); Close removes a topology's containers,
-// volumes and network, KillAll (the SIGINT/SIGTERM path) every live
+// volumes and network, testbed.KillAll (the SIGINT/SIGTERM path) every live
 // topology's, and the first docker topology of a process sweeps what
-// processes no longer alive left behind.
+// processes no longer alive left behind (Sweep).
 
 // Labels the docker provider puts on every container, volume and network.
 const (
@@ -55,20 +61,27 @@ const (
 
 func hostName() string { h, _ := os.Hostname(); return h }
 
-// ErrNoDocker is returned by a WithDocker topology when no Docker engine is
+// ErrNoDocker is returned by a docker topology when no Docker engine is
 // reachable.
-var ErrNoDocker = errors.New("testbed: no Docker engine reachable")
+var ErrNoDocker = errors.New("testbed/docker: no Docker engine reachable")
 
-// ErrNotOnDocker is returned for a fault the docker provider cannot inject
-// (a clock offset: the shim is a host library).
-var ErrNotOnDocker = errors.New("testbed: not available on the docker provider")
-
-// WithDocker runs the topology's servers in containers of image ("": the
+// Provider runs the topology's servers in containers of image ("": the
 // build's local image, coordtorture/redis:8.0 for redis-8.0; see `make
-// images`) instead of local processes. Every Topology method works the same;
-// Disconnect and Reconnect work only here.
-func WithDocker(image string) Option {
-	return func(c *config) { c.docker = true; c.image = image }
+// images`) instead of local processes. Every Topology method works the same
+// but a clock offset (testbed.ErrNotInContainers); Topology.Disconnect and
+// Reconnect work only here.
+func Provider(image string) testbed.Option {
+	return testbed.WithContainers(provider{image: image})
+}
+
+type provider struct{ image string }
+
+func (p provider) Network(ctx context.Context, build string) (testbed.ContainerNetwork, error) {
+	image := p.image
+	if image == "" {
+		image = ImageOf(build)
+	}
+	return newDockerEnv(ctx, image)
 }
 
 // ImageOf is the local image of a build: coordtorture/redis:8.0 for redis-8.0
@@ -78,8 +91,8 @@ func ImageOf(build string) string {
 	return "coordtorture/" + flavor + ":" + version
 }
 
-// DockerAvailable reports whether a Docker engine answers (nil) or why not.
-func DockerAvailable(ctx context.Context) error {
+// Available reports whether a Docker engine answers (nil) or why not.
+func Available(ctx context.Context) error {
 	cli, err := dockerClient(ctx)
 	if err != nil {
 		return err
@@ -95,8 +108,6 @@ var (
 	dockerCli  *testcontainers.DockerClient
 	dockerErr  error
 	sweepOnce  sync.Once
-	liveEnvsMu sync.Mutex
-	liveEnvs   = map[*dockerEnv]struct{}{}
 )
 
 func dockerClient(ctx context.Context) (*testcontainers.DockerClient, error) {
@@ -137,7 +148,6 @@ func (e *dockerEnv) labels() map[string]string {
 // newDockerEnv makes the topology's network on a random /24 of 10.0.0.0/8
 // (another one when the engine says it overlaps one in use).
 func newDockerEnv(ctx context.Context, image string) (*dockerEnv, error) {
-	spawner() // the SIGINT/SIGTERM handler (KillAll), unless the caller handles signals
 	cli, err := dockerClient(ctx)
 	if err != nil {
 		return nil, err
@@ -147,7 +157,7 @@ func newDockerEnv(ctx context.Context, image string) (*dockerEnv, error) {
 	if _, err := cli.Ping(pctx, client.PingOptions{}); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNoDocker, err)
 	}
-	sweepOnce.Do(func() { SweepDocker(ctx) })
+	sweepOnce.Do(func() { Sweep(ctx) })
 	var id [6]byte
 	_, _ = rand.Read(id[:])
 	e := &dockerEnv{cli: cli, run: "coordtorture-" + hex.EncodeToString(id[:]), image: image, ctrs: map[*container]struct{}{}}
@@ -163,9 +173,6 @@ func newDockerEnv(ctx context.Context, image string) (*dockerEnv, error) {
 		if lastErr == nil {
 			e.gateway = gw.String()
 			e.nextIP = gw.Next()
-			liveEnvsMu.Lock()
-			liveEnvs[e] = struct{}{}
-			liveEnvsMu.Unlock()
 			return e, nil
 		}
 		if !strings.Contains(lastErr.Error(), "overlap") {
@@ -175,7 +182,22 @@ func newDockerEnv(ctx context.Context, image string) (*dockerEnv, error) {
 	return nil, fmt.Errorf("testbed: docker network: %w", lastErr)
 }
 
-func (e *dockerEnv) allocIP() string {
+// Gateway is the host's address on the network.
+func (e *dockerEnv) Gateway() string { return e.gateway }
+
+// Image is the servers' image.
+func (e *dockerEnv) Image() string { return e.image }
+
+// Run is the run id every resource is labelled with.
+func (e *dockerEnv) Run() string { return e.run }
+
+// Server makes a node's container-backed server.
+func (e *dockerEnv) Server(node, ip, label string) testbed.ContainerServer {
+	return &container{env: e, name: label, node: node, ip: ip}
+}
+
+// AllocIP hands out the network's next address.
+func (e *dockerEnv) AllocIP() string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	ip := e.nextIP
@@ -195,8 +217,8 @@ func (e *dockerEnv) volume(ctx context.Context, node string) (string, error) {
 	return name, nil
 }
 
-// close removes the env's containers, volumes and network.
-func (e *dockerEnv) close() error {
+// Close removes the env's containers, volumes and network.
+func (e *dockerEnv) Close() error {
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
@@ -214,9 +236,6 @@ func (e *dockerEnv) close() error {
 		go func() { defer wg.Done(); c.remove() }()
 	}
 	wg.Wait()
-	liveEnvsMu.Lock()
-	delete(liveEnvs, e)
-	liveEnvsMu.Unlock()
 	// The label sweep catches anything the list above missed (a container
 	// created while closing).
 	return removeLabelled(context.Background(), e.cli, LabelRun+"="+e.run)
@@ -257,12 +276,12 @@ func ignoreNotFound(err error) error {
 	return err
 }
 
-// SweepDocker removes the containers, volumes and networks of docker
+// Sweep removes the containers, volumes and networks of docker
 // topologies whose process is no longer alive (the coordtorture.pid label;
 // only those of this host, coordtorture.host, whose pids it can tell), as a
 // killed run leaves them. The first docker topology of a process calls
 // it; it does nothing when no engine is reachable.
-func SweepDocker(ctx context.Context) {
+func Sweep(ctx context.Context) {
 	cli, err := dockerClient(ctx)
 	if err != nil {
 		return
@@ -299,21 +318,7 @@ func SweepDocker(ctx context.Context) {
 	}
 }
 
-// killAllDocker removes every live docker topology's resources (KillAll).
-func killAllDocker() {
-	liveEnvsMu.Lock()
-	envs := make([]*dockerEnv, 0, len(liveEnvs))
-	for e := range liveEnvs {
-		envs = append(envs, e)
-	}
-	liveEnvsMu.Unlock()
-	for _, e := range envs {
-		_ = e.close()
-	}
-}
-
-// container is one node's server in a container: the docker provider's
-// counterpart of process. Each start makes a new container (its command
+// container is one node's server in a container (testbed.ContainerServer). Each start makes a new container (its command
 // line may differ: a replica's primary, persistence), on the node's volume.
 type container struct {
 	env    *dockerEnv
@@ -321,9 +326,7 @@ type container struct {
 	node   string
 	ip     string
 	volume string
-	conf   []byte // the configuration file written before each start
-	keep   bool   // write conf only at the first start (sentinels rewrite theirs)
-	argv   []string
+	argv   []string // the last start's command
 
 	mu      sync.Mutex
 	ctr     *testcontainers.DockerContainer
@@ -331,9 +334,13 @@ type container struct {
 	logs    string // the logs of the last container, kept when it is replaced
 }
 
-func (c *container) label() string { return c.name }
+// Label names the server in messages.
+func (c *container) Label() string { return c.name }
 
-func (c *container) start() error {
+// Start makes and starts a new container for the node (see
+// testbed.ContainerServer).
+func (c *container) Start(conf []byte, keep bool, argv []string) error {
+	c.argv = argv
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c.mu.Lock()
@@ -372,9 +379,9 @@ func (c *container) start() error {
 		}),
 		testcontainers.WithLogger(tclog.NewNoopLogger()),
 	}
-	if first || !c.keep {
+	if first || !keep {
 		opts = append(opts, testcontainers.WithFiles(testcontainers.ContainerFile{
-			Reader: bytes.NewReader(c.conf), ContainerFilePath: "/data/server.conf", FileMode: 0o666,
+			Reader: bytes.NewReader(conf), ContainerFilePath: "/data/server.conf", FileMode: 0o666,
 		}))
 	}
 	ctr, err := testcontainers.Run(ctx, c.env.image, opts...)
@@ -411,7 +418,8 @@ func (c *container) state(ctx context.Context) (*mcontainer.State, error) {
 	return r.Container.State, nil
 }
 
-func (c *container) exited() (bool, error) {
+// Exited reports whether the container has stopped, and how.
+func (c *container) Exited() (bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	st, err := c.state(ctx)
@@ -424,9 +432,9 @@ func (c *container) exited() (bool, error) {
 	return true, fmt.Errorf("container %s, exit code %d", st.Status, st.ExitCode)
 }
 
-// signal: SIGSTOP pauses the container, SIGCONT unpauses it, any other
+// Signal: SIGSTOP pauses the container, SIGCONT unpauses it, any other
 // signal is sent to its process 1 (the server).
-func (c *container) signal(s syscall.Signal) error {
+func (c *container) Signal(s syscall.Signal) error {
 	ctr := c.current()
 	if ctr == nil {
 		return fmt.Errorf("testbed: %s is not running", c.name)
@@ -448,9 +456,9 @@ func (c *container) signal(s syscall.Signal) error {
 	return nil
 }
 
-// kill sends SIGKILL (unpausing first: the engine refuses to kill a paused
+// Kill sends SIGKILL (unpausing first: the engine refuses to kill a paused
 // container) and waits until the container has stopped (bounded).
-func (c *container) kill() {
+func (c *container) Kill() {
 	ctr := c.current()
 	if ctr == nil {
 		return
@@ -481,7 +489,8 @@ func (c *container) remove() {
 	_, _ = c.env.cli.ContainerRemove(ctx, ctr.GetContainerID(), client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
 }
 
-func (c *container) pid() int {
+// Pid is the server's process id on the host (0 when not running).
+func (c *container) Pid() int {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	st, err := c.state(ctx)
@@ -523,7 +532,8 @@ func (c *container) allLogs() string {
 	return text
 }
 
-func (c *container) logTail(n int) string {
+// LogTail is the last n lines of the node's containers' output.
+func (c *container) LogTail(n int) string {
 	text := strings.TrimRight(c.allLogs(), "\n")
 	if text == "" {
 		return "(log empty)"
@@ -535,7 +545,8 @@ func (c *container) logTail(n int) string {
 	return fmt.Sprintf("--- container log (last %d lines)\n%s\n", len(lines), strings.Join(lines, "\n"))
 }
 
-func (c *container) lastLogLine(substr string) string {
+// LastLogLine is the last line of the output that contains substr.
+func (c *container) LastLogLine(substr string) string {
 	lines := strings.Split(c.allLogs(), "\n")
 	for i := len(lines) - 1; i >= 0; i-- {
 		if strings.Contains(lines[i], substr) {
@@ -545,13 +556,13 @@ func (c *container) lastLogLine(substr string) string {
 	return ""
 }
 
-func (c *container) startupError(cause error) error {
-	return &StartError{Server: c.name, Command: "docker run " + c.env.image + " " + strings.Join(c.argv, " "), Log: c.logTail(20), Err: cause}
+// StartupError describes a server that did not come up.
+func (c *container) StartupError(cause error) error {
+	return &testbed.StartError{Server: c.name, Command: "docker run " + c.env.image + " " + strings.Join(c.argv, " "), Log: c.LogTail(20), Err: cause}
 }
 
-// disconnect takes the container off the topology's network; connect puts it
-// back with its address.
-func (c *container) disconnect(ctx context.Context) error {
+// Disconnect takes the container off the topology's network.
+func (c *container) Disconnect(ctx context.Context) error {
 	ctr := c.current()
 	if ctr == nil {
 		return fmt.Errorf("testbed: %s is not running", c.name)
@@ -560,7 +571,8 @@ func (c *container) disconnect(ctx context.Context) error {
 	return err
 }
 
-func (c *container) connect(ctx context.Context) error {
+// Connect puts the container back on the network with its address.
+func (c *container) Connect(ctx context.Context) error {
 	ctr := c.current()
 	if ctr == nil {
 		return fmt.Errorf("testbed: %s is not running", c.name)

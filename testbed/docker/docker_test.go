@@ -1,4 +1,4 @@
-package testbed
+package docker
 
 import (
 	"bufio"
@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/coordtorture/coordtorture/testbed"
 )
 
 // dockerBuild skips when no Docker engine is reachable (the only reason) and
@@ -24,14 +26,14 @@ func dockerBuild(t *testing.T) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if err := DockerAvailable(ctx); err != nil {
+	if err := Available(ctx); err != nil {
 		t.Skipf("the docker provider needs a Docker engine: %v", err)
 	}
-	b := Matrix()[0]
-	if b == CustomBuild {
-		t.Skip("a binary of your own (" + EnvServerBin + ") has no image")
+	b := testbed.Matrix()[0]
+	if b == testbed.CustomBuild {
+		t.Skip("a binary of your own (" + testbed.EnvServerBin + ") has no image")
 	}
-	if out, err := exec.Command("../scripts/build-images.sh", b).CombinedOutput(); err != nil {
+	if out, err := exec.Command("../../scripts/build-images.sh", b).CombinedOutput(); err != nil {
 		t.Fatalf("scripts/build-images.sh %s: %v\n%s", b, err, out)
 	}
 	return b
@@ -63,11 +65,11 @@ func dockerLeft(t *testing.T, run string) string {
 func TestDockerReplicated(t *testing.T) {
 	build := dockerBuild(t)
 	ctx := context.Background()
-	topo, err := NewReplicated(ctx, build, 2, 3, WithDocker(""), WithLogf(t.Logf))
+	topo, err := testbed.NewReplicated(ctx, build, 2, 3, Provider(""), testbed.WithLogf(t.Logf))
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := topo.dk.run
+	run := topo.ContainerRun()
 	closed := false
 	t.Cleanup(func() {
 		if !closed {
@@ -77,8 +79,8 @@ func TestDockerReplicated(t *testing.T) {
 			t.Errorf("left after Close: %s", left)
 		}
 	})
-	if !topo.OnDocker() || !strings.HasPrefix(topo.Node("n1").Addr, topo.announce+":") || topo.announce == "127.0.0.1" {
-		t.Fatalf("announced %s, gateway %s", topo.Node("n1").Addr, topo.announce)
+	if !topo.InContainers() || !strings.HasPrefix(topo.Node("n1").Addr, topo.AnnounceHost()+":") || topo.AnnounceHost() == "127.0.0.1" {
+		t.Fatalf("announced %s, gateway %s", topo.Node("n1").Addr, topo.AnnounceHost())
 	}
 	c, err := topo.Client()
 	if err != nil {
@@ -92,7 +94,7 @@ func TestDockerReplicated(t *testing.T) {
 	}
 	// A cut client link: the client cannot reach the primary, a replica's
 	// own link is untouched.
-	if err := topo.Partition(ClientPeer, "n1"); err != nil {
+	if err := topo.Partition(testbed.ClientPeer, "n1"); err != nil {
 		t.Fatal(err)
 	}
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -137,7 +139,7 @@ func TestDockerReplicated(t *testing.T) {
 		t.Fatal(err)
 	}
 	// With AOF on the node's volume, a killed node keeps its data.
-	if err := topo.Restart(ctx, "n1", WithAOFOnRestart(true)); err != nil {
+	if err := topo.Restart(ctx, "n1", testbed.WithAOFOnRestart(true)); err != nil {
 		t.Fatal(err)
 	}
 	n1 := topo.Node("n1").Admin()
@@ -153,7 +155,7 @@ func TestDockerReplicated(t *testing.T) {
 	if v, err := n1.Get(ctx, "kept").Result(); err != nil || v != "1" {
 		t.Errorf("after a restart with AOF on the volume: %q %v", v, err)
 	}
-	if err := topo.Restart(ctx, "n1", WithAOFOnRestart(false)); err != nil {
+	if err := topo.Restart(ctx, "n1", testbed.WithAOFOnRestart(false)); err != nil {
 		t.Fatal(err)
 	}
 	// Disconnect: nothing reaches the node until Reconnect.
@@ -172,8 +174,8 @@ func TestDockerReplicated(t *testing.T) {
 		t.Fatalf("PING after reconnect: %v", err)
 	}
 	// A clock offset is not available here.
-	if err := topo.SetClockOffset(ctx, "n2", time.Second); !errors.Is(err, ErrNotOnDocker) {
-		t.Errorf("SetClockOffset: %v, want ErrNotOnDocker", err)
+	if err := topo.SetClockOffset(ctx, "n2", time.Second); !errors.Is(err, testbed.ErrNotInContainers) {
+		t.Errorf("SetClockOffset: %v, want testbed.ErrNotInContainers", err)
 	}
 	closed = true
 	if err := topo.Close(); err != nil {
@@ -192,7 +194,7 @@ func TestDockerClusterAndIndependent(t *testing.T) {
 	t.Run("cluster", func(t *testing.T) {
 		t.Parallel()
 		start := time.Now()
-		topo := Cluster(t, build, 3, 1, WithDocker(""))
+		topo := testbed.Cluster(t, build, 3, 1, Provider(""))
 		t.Logf("docker cluster 3×1 ready in %v", time.Since(start).Round(time.Millisecond))
 		c, err := topo.Client()
 		if err != nil {
@@ -210,8 +212,8 @@ func TestDockerClusterAndIndependent(t *testing.T) {
 		}
 		for _, s := range shards {
 			for _, n := range s.Nodes {
-				if n.Endpoint != topo.announce {
-					t.Errorf("a shard node announces %s, not the switchboard's %s", n.Endpoint, topo.announce)
+				if n.Endpoint != topo.AnnounceHost() {
+					t.Errorf("a shard node announces %s, not the switchboard's %s", n.Endpoint, topo.AnnounceHost())
 				}
 			}
 		}
@@ -219,7 +221,7 @@ func TestDockerClusterAndIndependent(t *testing.T) {
 	t.Run("independent", func(t *testing.T) {
 		t.Parallel()
 		start := time.Now()
-		topo := IndependentSet(t, build, 3, WithDocker(""))
+		topo := testbed.IndependentSet(t, build, 3, Provider(""))
 		t.Logf("docker independent set of 3 ready in %v", time.Since(start).Round(time.Millisecond))
 		for _, n := range topo.Nodes() {
 			c, err := topo.NodeClient(n.Name)
@@ -253,12 +255,12 @@ func TestDockerClusterAndIndependent(t *testing.T) {
 // testbed's own handler, as for local servers).
 func TestDockerInterrupt(t *testing.T) {
 	if os.Getenv("COORDTORTURE_DOCKER_INTERRUPT_CHILD") != "" {
-		topo, err := NewStandalone(context.Background(), Matrix()[0], WithDocker(""))
+		topo, err := testbed.NewStandalone(context.Background(), testbed.Matrix()[0], Provider(""))
 		if err != nil {
 			fmt.Println("ERROR", err)
 			os.Exit(3)
 		}
-		fmt.Println("READY", topo.dk.run)
+		fmt.Println("READY", topo.ContainerRun())
 		time.Sleep(time.Minute)
 		os.Exit(4) // not reached: the parent interrupts
 	}
@@ -308,7 +310,7 @@ func TestDockerInterrupt(t *testing.T) {
 
 // TestSweepDocker: what a run whose process is gone left (its pid label names
 // no process) is removed; what a live process's run holds is not.
-func TestSweepDocker(t *testing.T) {
+func TestSweep(t *testing.T) {
 	build := dockerBuild(t)
 	dead := exec.Command("true")
 	if err := dead.Run(); err != nil {
@@ -339,7 +341,7 @@ func TestSweepDocker(t *testing.T) {
 	})
 	mk(stale, dead.Process.Pid)
 	mk(live, os.Getpid())
-	SweepDocker(context.Background())
+	Sweep(context.Background())
 	if left := dockerLeft(t, stale); left != "" {
 		t.Errorf("the stale run's resources survived the sweep: %s", left)
 	}
