@@ -28,7 +28,7 @@ var quietToxiproxy sync.Once
 type switchboard struct {
 	srv *toxiproxy.ApiServer
 	// listenIP is where announced addresses listen: 127.0.0.1, or the docker
-	// network's gateway, which the containers reach (WithDocker).
+	// network's gateway, which the containers reach (WithContainers).
 	listenIP string
 
 	mu        sync.Mutex

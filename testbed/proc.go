@@ -150,7 +150,7 @@ func sweepStale() {
 	}
 }
 
-// server is a node's server: a local process, or a container (WithDocker).
+// server is a node's server: a local process, or a container (WithContainers).
 type server interface {
 	start() error
 	exited() (bool, error)

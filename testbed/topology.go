@@ -185,7 +185,7 @@ type Node struct {
 	topo  *Topology
 	ip    string
 	dir   string
-	proc  server // a local process, or a container (WithDocker)
+	proc  server // a local process, or a container (WithContainers)
 	admin *redis.Client
 
 	mu          sync.Mutex
