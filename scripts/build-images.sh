@@ -29,6 +29,7 @@
 # Usage: scripts/build-images.sh [BUILD…]   (default: every build: redis-7.0 …)
 # Env:   COORDTORTURE_SERVERS_DIR  where the trees are (default: <repo>/.servers)
 #        DOCKER                    the docker CLI (default: docker)
+#        COORDTORTURE_IMAGE_REPO   the images' repository prefix (default: coordtorture)
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -44,7 +45,8 @@ command -v "$docker" >/dev/null || { echo "build-images: no docker CLI ($docker)
   { echo "build-images: the Docker engine is not reachable ($docker version fails)" >&2; exit 1; }
 
 # image_of BUILD: redis-8.0 -> coordtorture/redis:8.0
-image_of() { echo "coordtorture/${1%%-*}:${1#*-}"; }
+repo=${COORDTORTURE_IMAGE_REPO:-coordtorture}
+image_of() { echo "$repo/${1%%-*}:${1#*-}"; }
 
 # host_libs TREE: the libraries (absolute host paths) the tree's programs load from
 # outside the tree.
