@@ -6,7 +6,7 @@ SERVERS_DIR ?= $(CURDIR)/.servers
 TEST_TIMEOUT ?= 18m
 export COORDTORTURE_SERVERS_DIR := $(SERVERS_DIR)
 
-.PHONY: all servers browser build test test-short lint vet fmt bench server-cost torture torture-long clean help
+.PHONY: all servers images browser build test test-short lint vet fmt bench server-cost torture torture-docker torture-long clean help
 TORTURE_DURATION ?= 5s
 TORTURE_IMPL ?= all
 TORTURE_LONG_DURATION ?= 1m
@@ -39,6 +39,9 @@ help: ## list targets
 
 servers: ## fetch the pinned Redis/Valkey builds into .servers/ (idempotent; launchers in .servers/<build>/bin/)
 	@scripts/fetch-servers.sh
+
+images: servers ## local Docker images coordtorture/redis:7.0 … coordtorture/valkey:9.1 from .servers/ (no base image, no registry; rebuilt only when a tree changed)
+	@scripts/build-images.sh
 
 browser: ## fetch headless chromium into .servers/chromium/ for the HTML report test (idempotent; make test needs it)
 	@scripts/fetch-chromium.sh
@@ -85,6 +88,9 @@ build: ## build bin/coordtorture and bin/fencecheck (their exit status: 0 held, 
 
 torture: servers build ## the default suite (TORTURE_SUITE: the lock families and part of ratelimit, semaphore, latch, rwlock and redlock; SCENARIOS=… for others), prim and the peer libraries, on local servers (report in runs/latest)
 	@cmd='$(BIN)/coordtorture run --impl $(TORTURE_IMPL) --duration $(TORTURE_DURATION) --out $(TORTURE_OUT) $(TORTURE_FLAGS) $(or $(SCENARIOS),$(TORTURE_SUITE))'; echo "$$cmd"; set -f; $$cmd; $(coordtorture-status)
+
+torture-docker: images build ## the default suite with every server in a container (the docker provider; local images from make images, or TORTURE_IMAGE=…)
+	@cmd='$(BIN)/coordtorture run --provider docker $(if $(TORTURE_IMAGE),--image $(TORTURE_IMAGE)) --impl $(TORTURE_IMPL) --duration $(TORTURE_DURATION) --out $(or $(TORTURE_OUT_DOCKER),runs/docker) $(TORTURE_FLAGS) $(or $(SCENARIOS),$(TORTURE_SUITE))'; echo "$$cmd"; set -f; $$cmd; $(coordtorture-status)
 
 torture-long: servers build ## the suite on every fetched build, TORTURE_LONG_DURATION (1m) a scenario: about 5 hours (five builds)
 	@cmd='$(BIN)/coordtorture matrix --impl $(TORTURE_IMPL) --duration $(TORTURE_LONG_DURATION) --out runs/long $(TORTURE_FLAGS) $(SCENARIOS)'; echo "$$cmd"; set -f; $$cmd; $(coordtorture-status)

@@ -20,6 +20,7 @@ import (
 	"github.com/coordtorture/coordtorture/history"
 	"github.com/coordtorture/coordtorture/models"
 	"github.com/coordtorture/coordtorture/testbed"
+	"github.com/coordtorture/coordtorture/testbed/docker"
 )
 
 // Verdict is a property's or a scenario's outcome (models.Judgement: the
@@ -65,6 +66,15 @@ type Config struct {
 	// nemesis refuse to run), and every key the run writes carries a random
 	// prefix and is deleted afterwards.
 	External *External
+	// Docker, when set, runs the servers in containers (testbed/docker.Provider)
+	// instead of local processes, with the same faults (but for clock
+	// offsets); its Image "" is the build's local image (make images).
+	Docker *Docker
+}
+
+// Docker selects the docker provider (Config.Docker).
+type Docker struct {
+	Image string // "" = the build's local image, coordtorture/redis:8.0 for redis-8.0
 }
 
 // External is an existing Redis/Valkey deployment to run workloads against.
@@ -223,7 +233,8 @@ type Outcome struct {
 	Hazard string `json:"hazard,omitempty"`
 	// Effects lists the observed fault effects ("at 1.8s: …").
 	Effects []string `json:"effects,omitempty"`
-	// Provider is "local" or "external"; Target names the external deployment.
+	// Provider is "local", "docker" or "external"; Target names the external
+	// deployment, or the docker provider's image.
 	// Counters are what the implementation under test counted through its
 	// own telemetry during the run (a semaphore's prim.cleanup.abandoned,
 	// read with the OpenTelemetry SDK's manual reader), by name; nil when
@@ -366,6 +377,12 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 		}
 		defer topo.Close()
 		env.Topo, buildName = topo, topo.Build.Name
+		if cfg.Docker != nil {
+			provider, target = "docker", cfg.Docker.Image
+			if target == "" {
+				target = docker.ImageOf(buildName)
+			}
+		}
 		if s.Algo == "" && !s.Sem && !s.Latches && !s.RW { // a rate limiter, a semaphore, a latch or a read-write lease protects no resource
 			if env.Resource, err = startResource(ctx, topo, cfg.Clients, env.Resource.Fencing); err != nil {
 				return nil, err
@@ -666,6 +683,9 @@ func startTopology(ctx context.Context, t Topology, cfg Config) (*testbed.Topolo
 	}
 	if t.Build != "" {
 		cfg.Build = t.Build
+	}
+	if cfg.Docker != nil {
+		opts = append(opts, docker.Provider(cfg.Docker.Image))
 	}
 	switch t.Kind {
 	case testbed.KindReplicated:

@@ -411,7 +411,7 @@ func (t *Topology) FailoverCommand(ctx context.Context, to string) error {
 	// that refusal is transient, so retry it within the start timeout.
 	var ferr error
 	if err := waitFor(ctx, t.cfg.startTimeout, "FAILOVER TO "+to, func(ctx context.Context) (bool, error) {
-		ferr = p.admin.Do(ctx, "FAILOVER", "TO", "127.0.0.1", port(target.Addr), "TIMEOUT", 5000).Err()
+		ferr = p.admin.Do(ctx, "FAILOVER", "TO", t.announce, port(target.Addr), "TIMEOUT", 5000).Err()
 		if ferr != nil && strings.Contains(ferr.Error(), "not online") {
 			return false, ferr
 		}
@@ -458,7 +458,7 @@ func (t *Topology) ForcePromote(ctx context.Context, name string) error {
 		if n == np || !n.Running() {
 			continue
 		}
-		if err := n.admin.Do(ctx, "REPLICAOF", "127.0.0.1", port(np.Addr)).Err(); err != nil {
+		if err := n.admin.Do(ctx, "REPLICAOF", t.announce, port(np.Addr)).Err(); err != nil {
 			return fmt.Errorf("testbed: %s: REPLICAOF %s: %w", n.Name, name, err)
 		}
 	}
@@ -487,7 +487,7 @@ func (t *Topology) ForcePromote(ctx context.Context, name string) error {
 	for _, s := range t.sentinels {
 		cmds := [][]any{
 			{"SENTINEL", "REMOVE", MasterName},
-			{"SENTINEL", "MONITOR", MasterName, "127.0.0.1", port(np.Addr), len(t.sentinels)/2 + 1},
+			{"SENTINEL", "MONITOR", MasterName, t.announce, port(np.Addr), len(t.sentinels)/2 + 1},
 			{"SENTINEL", "SET", MasterName, "down-after-milliseconds", t.cfg.downAfter.Milliseconds(),
 				"failover-timeout", t.cfg.failoverTO.Milliseconds(), "parallel-syncs", 1},
 		}
@@ -638,4 +638,35 @@ func (t *Topology) ServerTime(ctx context.Context, name string) (time.Time, erro
 	s, _ := strconv.ParseInt(v[0], 10, 64)
 	us, _ := strconv.ParseInt(v[1], 10, 64)
 	return time.Unix(s, us*1000), nil
+}
+
+// Disconnect takes a node's container off the topology's network (docker
+// network disconnect): every link to and from it breaks at once, and its
+// address answers nothing until Reconnect. With servers in containers only
+// (WithContainers): elsewhere ErrNotInContainers.
+func (t *Topology) Disconnect(ctx context.Context, name string) error {
+	n, err := t.mustNode(name)
+	if err != nil {
+		return err
+	}
+	c, ok := n.proc.(*ctrServer)
+	if !ok {
+		return fmt.Errorf("%w: Disconnect (%s runs as a local process)", ErrNotInContainers, name)
+	}
+	return c.Disconnect(ctx)
+}
+
+// Reconnect puts a disconnected node's container back on the topology's
+// network with its address (docker network connect). With servers in
+// containers only (WithContainers).
+func (t *Topology) Reconnect(ctx context.Context, name string) error {
+	n, err := t.mustNode(name)
+	if err != nil {
+		return err
+	}
+	c, ok := n.proc.(*ctrServer)
+	if !ok {
+		return fmt.Errorf("%w: Reconnect (%s runs as a local process)", ErrNotInContainers, name)
+	}
+	return c.Connect(ctx)
 }

@@ -27,6 +27,9 @@ var quietToxiproxy sync.Once
 // on a pair of peers apply to links made later too.
 type switchboard struct {
 	srv *toxiproxy.ApiServer
+	// listenIP is where announced addresses listen: 127.0.0.1, or the docker
+	// network's gateway, which the containers reach (WithContainers).
+	listenIP string
 
 	mu        sync.Mutex
 	peers     map[string]string    // source IP -> peer name
@@ -49,6 +52,7 @@ func newSwitchboard(logf func(string, ...any)) *switchboard {
 	quietToxiproxy.Do(func() { zlog.Logger = zerolog.Nop() })
 	return &switchboard{
 		srv:       toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop()),
+		listenIP:  "127.0.0.1",
 		peers:     map[string]string{},
 		endpoints: map[string]*endpoint{},
 		links:     map[string]*Link{},
@@ -72,7 +76,7 @@ func (s *switchboard) addPeer(name, ip string) {
 // expose creates the announced address of an endpoint. The upstream may change
 // later (a restarted server keeps its address, so it does not here).
 func (s *switchboard) expose(name, peer, upstream string) (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", net.JoinHostPort(s.listenIP, "0"))
 	if err != nil {
 		return "", fmt.Errorf("testbed: switchboard for %s: %w", name, err)
 	}

@@ -98,6 +98,7 @@ func KillAll() {
 		_ = os.RemoveAll(d)
 		forgetDir(d)
 	}
+	closeAllNets()
 }
 
 const tempPrefix = "coordtorture-"
@@ -148,6 +149,21 @@ func sweepStale() {
 		_ = os.RemoveAll(filepath.Join(os.TempDir(), name))
 	}
 }
+
+// server is a node's server: a local process, or a container (WithContainers).
+type server interface {
+	start() error
+	exited() (bool, error)
+	signal(s syscall.Signal) error
+	kill()
+	pid() int
+	logTail(n int) string
+	lastLogLine(substr string) string
+	startupError(cause error) error
+	label() string
+}
+
+func (p *process) label() string { return p.name }
 
 // process is one running server (redis-server, valkey-server or a sentinel).
 type process struct {

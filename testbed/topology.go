@@ -46,6 +46,7 @@ type config struct {
 	clientTimeout time.Duration
 	nodeBuilds    map[string]string   // node name -> build (WithNodeBuild)
 	nodeConfig    map[string][]string // node name -> configuration lines (WithNodeConfig)
+	containers    Containers          // WithContainers
 }
 
 func defaults() config {
@@ -152,6 +153,8 @@ type Topology struct {
 	nodeBuilds map[string]*Build // WithNodeBuild's, resolved
 	dir        string
 	sb         *switchboard
+	ctr        ContainerNetwork // the servers' container network (WithContainers); nil for local processes
+	announce   string           // the host servers announce: 127.0.0.1, or the container network's gateway
 	nodes      []*Node
 	sentinels  []*Node
 
@@ -182,7 +185,7 @@ type Node struct {
 	topo  *Topology
 	ip    string
 	dir   string
-	proc  *process
+	proc  server // a local process, or a container (WithContainers)
 	admin *redis.Client
 
 	mu          sync.Mutex
@@ -197,7 +200,12 @@ func (t *Topology) newNode(name string, sentinel bool) (*Node, error) {
 }
 
 func (t *Topology) makeNode(name string, sentinel, aux bool) (*Node, error) {
-	n := &Node{Name: name, Sentinel: sentinel, Aux: aux, topo: t, ip: allocIP(), aof: t.cfg.aof && !sentinel, Build: t.Build}
+	n := &Node{Name: name, Sentinel: sentinel, Aux: aux, topo: t, aof: t.cfg.aof && !sentinel, Build: t.Build}
+	if t.ctr != nil {
+		n.ip = t.ctr.AllocIP()
+	} else {
+		n.ip = allocIP()
+	}
 	if b := t.nodeBuilds[name]; b != nil && !aux {
 		n.Build = b
 	}
@@ -221,7 +229,12 @@ func (t *Topology) makeNode(name string, sentinel, aux bool) (*Node, error) {
 		DialTimeout: t.cfg.adminTimeout, ReadTimeout: t.cfg.adminTimeout, WriteTimeout: t.cfg.adminTimeout,
 		DisableIdentity: true,
 	})
-	n.proc = &process{name: fmt.Sprintf("%s %s (%s)", n.Build.Name, name, n.ip), dir: n.dir, logPath: filepath.Join(n.dir, "server.log")}
+	label := fmt.Sprintf("%s %s (%s)", n.Build.Name, name, n.ip)
+	if t.ctr != nil {
+		n.proc = &ctrServer{ContainerServer: t.ctr.Server(name, n.ip, label+" in "+t.ctr.Image())}
+	} else {
+		n.proc = &process{name: label, dir: n.dir, logPath: filepath.Join(n.dir, "server.log")}
+	}
 	switch {
 	case aux:
 		t.mu.Lock()
@@ -246,12 +259,17 @@ func (n *Node) conf() string {
 	w("port %d", serverPort)
 	w("protected-mode no")
 	w("daemonize no")
-	w("dir %s", n.dir)
-	w("logfile %s", n.proc.logPath)
+	if p, ok := n.proc.(*process); ok {
+		w("dir %s", n.dir)
+		w("logfile %s", p.logPath)
+	} else {
+		w("dir /data")  // the node's volume
+		w(`logfile ""`) // the container's output
+	}
 	if n.Sentinel {
-		w("sentinel announce-ip 127.0.0.1")
+		w("sentinel announce-ip %s", t.announce)
 		w("sentinel announce-port %s", port(n.Addr))
-		w("sentinel monitor %s 127.0.0.1 %s %d", MasterName, port(t.nodes[0].Addr), len(t.sentinels)/2+1)
+		w("sentinel monitor %s %s %s %d", MasterName, t.announce, port(t.nodes[0].Addr), len(t.sentinels)/2+1)
 		w("sentinel down-after-milliseconds %s %d", MasterName, t.cfg.downAfter.Milliseconds())
 		w("sentinel failover-timeout %s %d", MasterName, t.cfg.failoverTO.Milliseconds())
 		w("sentinel parallel-syncs %s 1", MasterName)
@@ -268,10 +286,10 @@ func (n *Node) conf() string {
 	w("repl-timeout %d", max(1, int(t.cfg.replTimeout.Seconds())))
 	w("repl-ping-replica-period 1")
 	w("repl-diskless-sync-delay 0")
-	w("replica-announce-ip 127.0.0.1")
+	w("replica-announce-ip %s", t.announce)
 	w("replica-announce-port %s", port(n.Addr))
 	if n.replicaOf != nil && t.Kind != KindCluster { // cluster nodes keep roles in nodes.conf
-		w("replicaof 127.0.0.1 %s", port(n.replicaOf.Addr))
+		w("replicaof %s %s", t.announce, port(n.replicaOf.Addr))
 	}
 	if n.Aux {
 		return b.String() // standalone, without the topology's extra lines
@@ -280,7 +298,7 @@ func (n *Node) conf() string {
 		w("cluster-enabled yes")
 		w("cluster-config-file nodes.conf")
 		w("cluster-node-timeout %d", t.cfg.nodeTimeout.Milliseconds())
-		w("cluster-announce-ip 127.0.0.1")
+		w("cluster-announce-ip %s", t.announce)
 		w("cluster-announce-port %s", port(n.Addr))
 		w("cluster-announce-bus-port %s", port(n.BusAddr))
 		w("cluster-port %d", serverPort+10000)
@@ -297,6 +315,24 @@ func (n *Node) conf() string {
 // start writes the node's configuration (sentinels keep theirs: they rewrite it
 // themselves) and starts the process, waiting for PING.
 func (n *Node) start(ctx context.Context) error {
+	if c, ok := n.proc.(*ctrServer); ok {
+		n.mu.Lock()
+		offset := n.clockOffset
+		c.conf = []byte(n.conf())
+		n.mu.Unlock()
+		if offset != 0 {
+			return fmt.Errorf("%w: a clock offset (%s)", ErrNotInContainers, n.Name)
+		}
+		c.keep = n.Sentinel
+		c.argv = []string{n.Build.Flavor + "-server", "/data/server.conf"}
+		if n.Sentinel {
+			c.argv = append(c.argv, "--sentinel")
+		}
+		if err := c.start(); err != nil {
+			return err
+		}
+		return n.waitStarted(ctx)
+	}
 	confPath := filepath.Join(n.dir, "server.conf")
 	n.mu.Lock()
 	offset := n.clockOffset
@@ -312,18 +348,24 @@ func (n *Node) start(ctx context.Context) error {
 	if n.Sentinel {
 		args = append(args, "--sentinel")
 	}
-	n.proc.argv, n.proc.env = n.Build.command(args...), nil
+	p := n.proc.(*process)
+	p.argv, p.env = n.Build.command(args...), nil
 	if offset != 0 {
 		lib, err := clockSkewLib()
 		if err != nil {
 			return err
 		}
-		n.proc.argv, n.proc.env = n.Build.commandWithPreload(lib, args...)
-		n.proc.env = append(n.proc.env, fmt.Sprintf("COORDTORTURE_CLOCK_OFFSET_MS=%d", offset.Milliseconds()))
+		p.argv, p.env = n.Build.commandWithPreload(lib, args...)
+		p.env = append(p.env, fmt.Sprintf("COORDTORTURE_CLOCK_OFFSET_MS=%d", offset.Milliseconds()))
 	}
-	if err := n.proc.start(); err != nil {
+	if err := p.start(); err != nil {
 		return err
 	}
+	return n.waitStarted(ctx)
+}
+
+// waitStarted waits until the started server answers PING.
+func (n *Node) waitStarted(ctx context.Context) error {
 	err := waitFor(ctx, n.topo.cfg.startTimeout, n.Name+" to answer PING", func(ctx context.Context) (bool, error) {
 		if done, exitErr := n.proc.exited(); done {
 			return false, &exitedError{exitErr}
@@ -400,8 +442,28 @@ func newTopology(kind Kind, build string, opts []Option) (*Topology, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Topology{Kind: kind, Build: b, cfg: cfg, nodeBuilds: nodeBuilds, dir: dir, peers: map[string]string{}}
+	t := &Topology{Kind: kind, Build: b, cfg: cfg, nodeBuilds: nodeBuilds, dir: dir, peers: map[string]string{}, announce: "127.0.0.1"}
 	t.sb = newSwitchboard(cfg.logf)
+	if cfg.containers != nil {
+		if len(nodeBuilds) > 0 {
+			t.sb.close()
+			_ = os.RemoveAll(dir)
+			forgetDir(dir)
+			return nil, fmt.Errorf("%w: WithNodeBuild is for local processes, not WithContainers", ErrBadOption)
+		}
+		spawner() // the SIGINT/SIGTERM handler (KillAll), unless the caller handles signals
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		if t.ctr, err = cfg.containers.Network(ctx, b.Name); err != nil {
+			t.sb.close()
+			_ = os.RemoveAll(dir)
+			forgetDir(dir)
+			return nil, err
+		}
+		trackNet(t.ctr, true)
+		t.announce = t.ctr.Gateway()
+		t.sb.listenIP = t.ctr.Gateway()
+	}
 	return t, nil
 }
 
@@ -703,7 +765,7 @@ func NewCluster(ctx context.Context, build string, primaries, replicasPerPrimary
 	}
 	first := t.nodes[0]
 	for _, n := range t.nodes[1:] {
-		if err := first.admin.Do(ctx, "CLUSTER", "MEET", "127.0.0.1", port(n.Addr), port(n.BusAddr)).Err(); err != nil {
+		if err := first.admin.Do(ctx, "CLUSTER", "MEET", t.announce, port(n.Addr), port(n.BusAddr)).Err(); err != nil {
 			return nil, t.withLogs(fmt.Errorf("CLUSTER MEET %s: %w", n.Name, err), first)
 		}
 	}
@@ -819,7 +881,7 @@ func shardPrimary(s redis.ClusterShard) string {
 func (t *Topology) withLogs(err error, ns ...*Node) error {
 	var b strings.Builder
 	for _, n := range ns {
-		fmt.Fprintf(&b, "\n=== %s log\n%s", n.proc.name, n.LogTail(20))
+		fmt.Fprintf(&b, "\n=== %s log\n%s", n.proc.label(), n.LogTail(20))
 	}
 	return fmt.Errorf("%w%s", err, b.String())
 }
@@ -854,7 +916,7 @@ func (t *Topology) Dir() string { return t.dir }
 func (t *Topology) Logs(lines int) string {
 	var b strings.Builder
 	for _, n := range append(append(t.Nodes(), t.sentinels...), t.Aux()...) {
-		fmt.Fprintf(&b, "=== %s\n%s\n", n.proc.name, n.LogTail(lines))
+		fmt.Fprintf(&b, "=== %s\n%s\n", n.proc.label(), n.LogTail(lines))
 	}
 	return b.String()
 }
@@ -884,9 +946,14 @@ func (t *Topology) Close() error {
 	}
 	wg.Wait()
 	t.sb.close()
+	var derr error
+	if t.ctr != nil {
+		derr = t.ctr.Close()
+		trackNet(t.ctr, false)
+	}
 	err := os.RemoveAll(t.dir)
 	forgetDir(t.dir)
-	return err
+	return errors.Join(err, derr)
 }
 
 func infoField(info, key string) string {

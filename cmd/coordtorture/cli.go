@@ -43,7 +43,10 @@ again with fencecheck: each starts with a header of the run's expectations and
 options, so fencecheck reaches the run's verdicts).
 ` + exitText + `
 Providers: "local" (default) starts the servers itself (make servers fetches them)
-and injects faults. "external" runs the fault-free workloads against a deployment
+and injects faults. "docker" does the same with every server in a container of
+its own (--image, default the build's local image: make images builds them) on a
+network of the run's; everything it creates is labelled and removed at the end.
+"external" runs the fault-free workloads against a deployment
 you already have (--addr; the password is read from $COORDTORTURE_PASSWORD): keys
 carry a random "coordtorture:<run>:" prefix and are deleted afterwards.
 `
@@ -113,6 +116,7 @@ const (
 
 type runFlags struct {
 	server, serverBin, provider, impl, out string
+	image                                  string
 	addr, masterName, user                 string
 	cluster, tls                           bool
 	duration, ttl                          time.Duration
@@ -147,7 +151,8 @@ func (f *runFlags) register(fs *flag.FlagSet, cmd string) {
 	}
 	str(forRun, &f.server, "server", testbed.DefaultBuild, "server build: "+strings.Join(testbed.KnownBuilds(), ", ")+" (make servers fetches them)")
 	str(forRun, &f.serverBin, "server-bin", "", "run this redis-server/valkey-server binary instead of a fetched build")
-	str(forRun|forReplay, &f.provider, "provider", "local", "where servers run: local (processes on 127.0.0.1, with faults) or external (--addr)")
+	str(forRun|forReplay, &f.provider, "provider", "local", "where servers run: local (processes on 127.0.0.1, with faults), docker (containers, with faults; make images) or external (--addr)")
+	str(forRun|forReplay, &f.image, "image", "", "docker: the server image (default: the build's local image, coordtorture/redis:8.0 for redis-8.0)")
 	str(forRun|forReplay, &f.addr, "addr", "", "external: host:port[,host:port…] of the deployment (several = cluster; sentinels with --master-name)")
 	str(forRun|forReplay, &f.masterName, "master-name", "", "external: Sentinel master name (--addr lists the sentinels)")
 	boolean(forRun|forReplay, &f.cluster, "cluster", "external: --addr is a cluster (needed when it is a single address)")
@@ -345,11 +350,23 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	var ext *scenarios.External
+	var dock *scenarios.Docker
+	if f.image != "" && f.provider != "docker" {
+		fmt.Fprintln(stderr, "coordtorture: --image needs --provider docker")
+		return 2
+	}
 	switch f.provider {
-	case "local":
+	case "local", "docker":
 		if f.addr != "" || f.masterName != "" || f.cluster || f.user != "" || f.tls {
 			fmt.Fprintln(stderr, "coordtorture: --addr, --master-name, --cluster, --user and --tls need --provider external")
 			return 2
+		}
+		if f.provider == "docker" {
+			if f.serverBin != "" {
+				fmt.Fprintln(stderr, "coordtorture: --server-bin is a local binary; with --provider docker use --image")
+				return 2
+			}
+			dock = &scenarios.Docker{Image: f.image}
 		}
 	case "external":
 		if f.addr == "" {
@@ -359,7 +376,7 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 		ext = &scenarios.External{Addrs: strings.Split(f.addr, ","), MasterName: f.masterName, Cluster: f.cluster,
 			Username: f.user, Password: os.Getenv("COORDTORTURE_PASSWORD"), TLS: f.tls}
 	default:
-		fmt.Fprintf(stderr, "coordtorture: unknown provider %q (local, external; docker is not available yet)\n", f.provider)
+		fmt.Fprintf(stderr, "coordtorture: unknown provider %q (local, docker, external)\n", f.provider)
 		return 2
 	}
 	impls := strings.Split(f.impl, ",")
@@ -589,7 +606,7 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stdout, "%s starting\n", label)
 		}
 		o, err := scenarios.Run(ctx, j.s, scenarios.Config{Build: j.build, Duration: j.duration, Clients: j.clients,
-			Seed: j.seed, Impl: j.impl, TTL: f.ttl, Hardened: f.hardened, Progress: progress, External: ext,
+			Seed: j.seed, Impl: j.impl, TTL: f.ttl, Hardened: f.hardened, Progress: progress, External: ext, Docker: dock,
 			Logger: logger.With("scenario", j.s.Name, "impl", j.impl, "server", j.build)})
 		if err != nil {
 			o = &scenarios.Outcome{Scenario: j.s.Name, Build: j.build, Impl: j.impl, Seed: j.seed, Clients: j.clients,

@@ -31,7 +31,9 @@ func TestCLI(t *testing.T) {
 		t.Fatalf("help: %d\n%s", code, out.String())
 	}
 	for _, bad := range [][]string{{"frobnicate"}, {"run", "no-such-scenario"}, {"run", "--server", "redis-6.2", "fenced-lock/baseline"},
-		{"run", "--duration", "-1s"}, {"run", "--provider", "docker"}, {"run", "--impl", "nope", "--duration", "1s", "fenced-lock/baseline"},
+		{"run", "--duration", "-1s"}, {"run", "--provider", "nope", "fenced-lock/baseline"},
+		{"run", "--image", "redis:8.0", "fenced-lock/baseline"}, {"run", "--provider", "docker", "--server-bin", "/bin/true", "fenced-lock/baseline"},
+		{"run", "--provider", "docker", "--addr", "127.0.0.1:1", "fenced-lock/baseline"}, {"run", "--impl", "nope", "--duration", "1s", "fenced-lock/baseline"},
 		{"run", "--impl", "redislock", "waiting-lock/handoff"}, {"run", "--impl", "prim,nope", "fenced-lock/baseline"}} {
 		errb.Reset()
 		if code := run(bad, &out, &errb); code != 2 {

@@ -10,10 +10,14 @@ import (
 
 // What a service that imports prim must never get in its module graph or its
 // go.sum: the harness's own dependencies, its test libraries and the peer
-// libraries it compares prim with.
+// libraries it compares prim with. testcontainers-go and the Docker client
+// (docker/docker, moby/…, docker/go-connections) are the docker provider's
+// (testbed): never prim's.
 var primConsumerBanned = []string{
 	"github.com/Shopify/toxiproxy",
 	"github.com/testcontainers",
+	"github.com/docker",
+	"github.com/moby",
 	"github.com/anishathalye/porcupine",
 	"pgregory.net/rapid",
 	"github.com/bsm/redislock",

@@ -1,0 +1,328 @@
+// Package compose holds the docker-compose topologies users bring up by hand
+// (see README.md) and no Go code: this test brings each one up with the local
+// images (scripts/build-images.sh), checks it serves what a client on the host
+// needs, and that tearing it down leaves nothing behind.
+package compose
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordtorture/coordtorture/models"
+	"github.com/coordtorture/coordtorture/prim"
+	"github.com/coordtorture/coordtorture/scenarios"
+	"github.com/coordtorture/coordtorture/testbed"
+)
+
+// composeCmd is the compose CLI: docker-compose (v1, as Debian ships it) or
+// the docker compose plugin.
+var composeCmd []string
+
+// imageOf names the local image of a build: redis-8.0 -> coordtorture/redis:8.0.
+func imageOf(build string) string {
+	flavor, version, _ := strings.Cut(build, "-")
+	return "coordtorture/" + flavor + ":" + version
+}
+
+// engine skips the test when no Docker engine is reachable (the only reason to
+// skip), finds the compose CLI and builds the images of the matrix's builds
+// (a no-op when they are up to date).
+func engine(t *testing.T) []string {
+	t.Helper()
+	if _, err := exec.LookPath("docker"); err != nil {
+		t.Skip("no docker CLI on PATH: the compose topologies need a Docker engine")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, "docker", "version", "--format", "{{.Server.Version}}").CombinedOutput(); err != nil {
+		t.Skipf("no Docker engine reachable (docker version: %v: %s): the compose topologies need one", err, bytes.TrimSpace(out))
+	}
+	switch {
+	case lookPath("docker-compose"):
+		composeCmd = []string{"docker-compose"}
+	case exec.Command("docker", "compose", "version").Run() == nil:
+		composeCmd = []string{"docker", "compose"}
+	default:
+		t.Fatal("a Docker engine is reachable but neither docker-compose nor the docker compose plugin is installed")
+	}
+	var builds []string
+	for _, b := range testbed.Matrix() {
+		if b != testbed.CustomBuild {
+			builds = append(builds, b)
+		}
+	}
+	if len(builds) == 0 {
+		t.Skip("the matrix holds only a binary of your own (" + testbed.EnvServerBin + "), which has no image")
+	}
+	cmd := exec.Command("../scripts/build-images.sh", builds...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("scripts/build-images.sh %v: %v\n%s", builds, err, out)
+	}
+	return builds
+}
+
+func lookPath(name string) bool { _, err := exec.LookPath(name); return err == nil }
+
+// project is one compose file brought up under a unique project name.
+type project struct {
+	t     *testing.T
+	file  string
+	name  string
+	env   []string
+	start time.Time // when up began
+}
+
+// serving logs how long the project took from up to serving (the start time
+// the report measures).
+func (p *project) serving() {
+	p.t.Logf("%s: serving %v after up began", p.file, time.Since(p.start).Round(time.Millisecond))
+}
+
+func (p *project) compose(ctx context.Context, args ...string) (string, error) {
+	all := append(append(slices.Clone(composeCmd[1:]), "-p", p.name, "-f", p.file), args...)
+	cmd := exec.CommandContext(ctx, composeCmd[0], all...)
+	cmd.Env = append(os.Environ(), p.env...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// up brings the project up and registers its teardown, which runs whether the
+// test passes or fails, and then checks nothing of the project is left.
+func up(t *testing.T, file, image string, env ...string) *project {
+	t.Helper()
+	// Unique per test process and subtest (lower case letters and digits only).
+	name := fmt.Sprintf("cttest%d%s", os.Getpid(), strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return -1
+	}, strings.ToLower(t.Name())))
+	p := &project{t: t, file: file, name: name,
+		env: append([]string{"REDIS_IMAGE=" + image}, env...)}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if out, err := p.compose(ctx, "down", "-v", "--remove-orphans", "-t", "5"); err != nil {
+			t.Errorf("%s down: %v\n%s", file, err, out)
+		}
+		for _, kind := range [][]string{{"ps", "-a"}, {"network", "ls"}, {"volume", "ls"}} {
+			args := append(slices.Clone(kind), "-q", "--filter", "label=com.docker.compose.project="+p.name)
+			out, err := exec.CommandContext(ctx, "docker", args...).CombinedOutput()
+			if err != nil || len(bytes.TrimSpace(out)) > 0 {
+				t.Errorf("after down, docker %s of project %s: %v %q", kind[0], p.name, err, out)
+			}
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	p.start = time.Now()
+	if out, err := p.compose(ctx, "up", "-d"); err != nil {
+		logs, _ := p.compose(ctx, "logs", "--no-color")
+		t.Fatalf("%s up: %v\n%s\n%s", file, err, out, logs)
+	}
+	t.Logf("%s (%s): up -d in %v", file, image, time.Since(p.start).Round(time.Millisecond))
+	return p
+}
+
+// eventually polls f until it succeeds or a generous bound (the machine is
+// shared) passes; the last error fails the test, with the project's logs.
+func (p *project) eventually(what string, f func(ctx context.Context) error) {
+	p.t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	var err error
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = f(ctx)
+		cancel()
+		if err == nil {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	logs, _ := p.compose(ctx, "logs", "--no-color", "--tail", "30")
+	p.t.Fatalf("%s: %s: %v\n%s", p.file, what, err, logs)
+}
+
+// fencedLock acquires and releases a prim fenced lock through client (a
+// go-redis client with default options, as users have), and checks a second
+// acquisition while it is held is refused.
+func fencedLock(ctx context.Context, client redis.UniversalClient, name string) error {
+	c := prim.New(client).WithPrefix("compose-test:")
+	lease, fence := "{"+name+"}:lease", "{"+name+"}:fence"
+	l, err := c.TryAcquireFencedLock(ctx, lease, fence, 10*time.Second)
+	if err != nil {
+		return fmt.Errorf("acquire: %w", err)
+	}
+	defer l.Close()
+	if l.FencingToken() < 1 {
+		return fmt.Errorf("fencing token %d", l.FencingToken())
+	}
+	if _, err := c.TryAcquireFencedLock(ctx, lease, fence, 10*time.Second); !errors.Is(err, prim.ErrNotAcquired) {
+		return fmt.Errorf("a second acquisition while held: %v, want ErrNotAcquired", err)
+	}
+	if _, err := l.Release(ctx); err != nil {
+		return fmt.Errorf("release: %w", err)
+	}
+	return nil
+}
+
+// external runs fenced-lock/baseline through the external provider (the path
+// `coordtorture run --provider external` takes) and wants PASS.
+func external(t *testing.T, ext *scenarios.External) {
+	t.Helper()
+	ss, err := scenarios.Match([]string{"fenced-lock/baseline"})
+	if err != nil || len(ss) != 1 {
+		t.Fatalf("fenced-lock/baseline: %v %v", ss, err)
+	}
+	o, err := scenarios.Run(context.Background(), ss[0], scenarios.Config{External: ext, Duration: 2 * time.Second, Clients: 2, Seed: 1})
+	if err != nil {
+		t.Fatalf("external provider on %v: %v", ext.Addrs, err)
+	}
+	if o.Verdict != models.JudgedPass {
+		t.Fatalf("fenced-lock/baseline on %v: %v, want PASS: %+v", ext.Addrs, o.Verdict, o.Results)
+	}
+}
+
+// TestComposeTopologies brings every compose file up with the local images,
+// at once (their ports differ): standalone once per build of the matrix, the
+// others once each, spread over the matrix's builds.
+func TestComposeTopologies(t *testing.T) {
+	builds := engine(t)
+	pick := func(i int) string { return imageOf(builds[i%len(builds)]) }
+
+	for i, b := range builds {
+		t.Run("standalone/"+b, func(t *testing.T) {
+			t.Parallel()
+			port := 16379 + i
+			p := up(t, "standalone.yml", imageOf(b), fmt.Sprintf("STANDALONE_PORT=%d", port))
+			addr := fmt.Sprintf("127.0.0.1:%d", port)
+			client := redis.NewClient(&redis.Options{Addr: addr})
+			defer client.Close()
+			p.eventually("PING", func(ctx context.Context) error { return client.Ping(ctx).Err() })
+			p.serving()
+			info, err := client.Info(context.Background(), "server").Result()
+			if err != nil || !strings.Contains(info, "process_id:1\r") {
+				t.Errorf("the server is not the container's process 1 (the entrypoint execs it): %v", err)
+			}
+			p.eventually("a fenced lock", func(ctx context.Context) error { return fencedLock(ctx, client, "standalone") })
+			external(t, &scenarios.External{Addrs: []string{addr}})
+		})
+	}
+
+	t.Run("sentinel", func(t *testing.T) {
+		t.Parallel()
+		p := up(t, "sentinel.yml", pick(1))
+		sentinels := []string{"127.0.0.1:26380", "127.0.0.1:26381", "127.0.0.1:26382"}
+		for _, s := range sentinels {
+			sc := redis.NewSentinelClient(&redis.Options{Addr: s})
+			defer sc.Close()
+			p.eventually("sentinel "+s+" knows the primary and both replicas", func(ctx context.Context) error {
+				addr, err := sc.GetMasterAddrByName(ctx, "mymaster").Result()
+				if err != nil {
+					return err
+				}
+				if len(addr) != 2 || addr[0] != "127.0.0.1" || addr[1] != "6380" {
+					return fmt.Errorf("get-master-addr-by-name: %v, want 127.0.0.1 6380", addr)
+				}
+				replicas, err := sc.Replicas(ctx, "mymaster").Result()
+				if err != nil {
+					return err
+				}
+				if len(replicas) != 2 {
+					return fmt.Errorf("%d replicas known, want 2", len(replicas))
+				}
+				return nil
+			})
+		}
+		p.serving()
+		client := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "mymaster", SentinelAddrs: sentinels})
+		defer client.Close()
+		p.eventually("a fenced lock through the sentinels", func(ctx context.Context) error { return fencedLock(ctx, client, "sentinel") })
+		external(t, &scenarios.External{Addrs: sentinels, MasterName: "mymaster"})
+	})
+
+	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
+		p := up(t, "cluster.yml", pick(2))
+		for port := 7001; port <= 7006; port++ {
+			node := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port)})
+			defer node.Close()
+			p.eventually(fmt.Sprintf("cluster_state:ok on :%d", port), func(ctx context.Context) error {
+				info, err := node.ClusterInfo(ctx).Result()
+				if err != nil {
+					return err
+				}
+				if !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_known_nodes:6") {
+					return fmt.Errorf("CLUSTER INFO: %s", info)
+				}
+				return nil
+			})
+		}
+		client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:7001"}})
+		defer client.Close()
+		// The replicas' roles reach every node by gossip, after cluster_state:ok.
+		p.eventually("three shards of a primary and a replica each, at host addresses", func(ctx context.Context) error {
+			shards, err := client.ClusterShards(ctx).Result()
+			if err != nil {
+				return err
+			}
+			if len(shards) != 3 {
+				return fmt.Errorf("%d shards, want 3: %v", len(shards), shards)
+			}
+			for _, s := range shards {
+				if len(s.Nodes) != 2 {
+					return fmt.Errorf("shard %v has %d nodes, want 2: %v", s.Slots, len(s.Nodes), s.Nodes)
+				}
+				for _, n := range s.Nodes {
+					if n.Endpoint != "127.0.0.1" || n.Port < 7001 || n.Port > 7006 {
+						return fmt.Errorf("shard %v announces %s:%d, not reachable from the host", s.Slots, n.Endpoint, n.Port)
+					}
+				}
+			}
+			return nil
+		})
+		p.serving()
+		// Locks on several slots, so more than one primary answers.
+		for _, name := range []string{"a", "b", "c", "d"} {
+			p.eventually("a fenced lock on the cluster ("+name+")", func(ctx context.Context) error { return fencedLock(ctx, client, name) })
+		}
+		external(t, &scenarios.External{Addrs: []string{"127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"}, Cluster: true})
+	})
+
+	t.Run("redlock", func(t *testing.T) {
+		t.Parallel()
+		p := up(t, "redlock.yml", pick(3))
+		var ids []string
+		for port := 6391; port <= 6393; port++ {
+			node := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port)})
+			defer node.Close()
+			p.eventually(fmt.Sprintf("PING :%d", port), func(ctx context.Context) error { return node.Ping(ctx).Err() })
+			p.eventually(fmt.Sprintf("a fenced lock on :%d", port), func(ctx context.Context) error { return fencedLock(ctx, node, "redlock") })
+			info, err := node.Info(context.Background(), "server", "replication").Result()
+			if err != nil || !strings.Contains(info, "role:master") || !strings.Contains(info, "connected_slaves:0") {
+				t.Fatalf(":%d is not an independent primary: %v\n%s", port, err, info)
+			}
+			for _, line := range strings.Split(info, "\r\n") {
+				if strings.HasPrefix(line, "run_id:") {
+					ids = append(ids, line)
+				}
+			}
+		}
+		p.serving()
+		if slices.Sort(ids); len(slices.Compact(ids)) != 3 {
+			t.Fatalf("the three ports are not three servers: %v", ids)
+		}
+	})
+}
