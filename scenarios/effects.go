@@ -285,6 +285,27 @@ func serverSkew(ctx context.Context, n *testbed.Node) (time.Duration, error) {
 	return st.Sub(t0.Add(time.Since(t0) / 2)).Round(time.Millisecond), nil
 }
 
+// restartClock restarts node name with its clock 4 ttls ahead (ahead) or on
+// true time, and reads it back (TIME): a restart that did not set the clock
+// is an error (the event fails, the run is UNKNOWN). It returns the skew read.
+func restartClock(ctx context.Context, e *Env, name string, ahead bool) (time.Duration, error) {
+	off := time.Duration(0)
+	if ahead {
+		off = 4 * e.TTL
+	}
+	if err := e.Topo.SetClockOffset(ctx, name, off); err != nil {
+		return 0, err
+	}
+	skew, err := serverSkew(ctx, e.Topo.Node(name))
+	if err != nil {
+		return 0, err
+	}
+	if (ahead && skew < off/2) || (!ahead && skew.Abs() > 2*e.TTL) {
+		return 0, fmt.Errorf("%s's clock reads %v from real time, not %v: the restart did not set it", name, skew, off)
+	}
+	return skew, nil
+}
+
 // leaseClockJumps restarts the server (with AOF: the leases or permits
 // survive) with its clock 4 ttls ahead at d/3, and on true time again at
 // 2d/3 (the semaphore and rwlock clock-skew scenarios). Each restart must
@@ -294,26 +315,15 @@ func serverSkew(ctx context.Context, n *testbed.Node) (time.Duration, error) {
 func leaseClockJumps(_ *rand.Rand, d time.Duration) []Event {
 	restart := func(ahead bool) func(context.Context, *Env) error {
 		return func(ctx context.Context, e *Env) error {
-			off := time.Duration(0)
-			if ahead {
-				off = 4 * e.TTL
-			}
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
 			defer cancel()
-			n := e.Topo.Node("n1")
-			if err := e.Topo.SetClockOffset(sctx, n.Name, off); err != nil {
-				return err
-			}
-			skew, err := serverSkew(sctx, n)
+			skew, err := restartClock(sctx, e, "n1", ahead)
 			if err != nil {
 				return err
 			}
-			if (ahead && skew < off/2) || (!ahead && skew.Abs() > 2*e.TTL) {
-				return fmt.Errorf("the server's clock reads %v from real time, not %v: the restart did not set it", skew, off)
-			}
 			if ahead && skew >= e.TTL {
 				// Leases and permits end early only if the jump outruns them.
-				e.EffectExplaining(models.LeaseLossKinds, "%s's clock reads %v from real time", n.Name, skew)
+				e.EffectExplaining(models.LeaseLossKinds, "n1's clock reads %v from real time", skew)
 			}
 			return nil
 		}

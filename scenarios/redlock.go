@@ -373,24 +373,13 @@ func init() {
 func redlockClockJump(_ *rand.Rand, d time.Duration) []Event {
 	restart := func(ahead bool) func(context.Context, *Env) error {
 		return func(ctx context.Context, e *Env) error {
-			off := time.Duration(0)
-			if ahead {
-				off = 4 * e.TTL
-			}
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
 			defer cancel()
 			var skews []string
 			for _, name := range []string{"r1", "r2"} {
-				n := e.Topo.Node(name)
-				if err := e.Topo.SetClockOffset(sctx, name, off); err != nil {
-					return err
-				}
-				skew, err := serverSkew(sctx, n)
+				skew, err := restartClock(sctx, e, name, ahead)
 				if err != nil {
 					return err
-				}
-				if (ahead && skew < off/2) || (!ahead && skew.Abs() > 2*e.TTL) {
-					return fmt.Errorf("%s's clock reads %v from real time, not %v: the restart did not set it", name, skew, off)
 				}
 				skews = append(skews, fmt.Sprintf("%s's %v", name, skew.Round(time.Millisecond)))
 			}
