@@ -391,9 +391,10 @@
 // node unreachable during clean-up keeps the token until it expires too.
 //
 // Each node is sent SET to acquire, the renewal script (GET, PEXPIRE) to
-// renew and the release script (GET, DEL) to release — on every server of the
-// matrix, Redis 7.0+ and Valkey 8+ — so its ACL user needs SET, EVALSHA and
-// EVAL; none of these is ever resent but the renewal, which is idempotent.
+// renew and the release script (GET, DEL) to release. Redis 7.0+ and Valkey
+// 8+ check the commands a script calls against the user's ACL too, so its ACL
+// user needs SET, EVALSHA, EVAL, GET, PEXPIRE and DEL on the lock's keys;
+// none of these is ever resent but the renewal, which is idempotent.
 //
 // Use Redlock where an occasional double grant costs efficiency, not
 // correctness. Where a stale owner must be rejected, use a fencing-token lock

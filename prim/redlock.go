@@ -214,7 +214,7 @@ func NewRedlockGroup(clients []redis.UniversalClient, opts ...Option) (*RedlockG
 }
 
 func nodeLabel(i int, c redis.UniversalClient) string {
-	if rc, ok := c.(*redis.Client); ok {
+	if rc, ok := c.(*redis.Client); ok && rc.Options().Addr != "FailoverClient" {
 		return fmt.Sprintf("%d:%s", i, rc.Options().Addr)
 	}
 	return fmt.Sprintf("%d", i)
@@ -232,6 +232,11 @@ func sameDeployment(a, b redis.UniversalClient) bool {
 		return false
 	}
 	oa, ob := ca.Options(), cb.Options()
+	// A failover (Sentinel) client's Addr is go-redis's placeholder, the same
+	// for every one: only identity tells two of them apart.
+	if oa.Addr == "FailoverClient" || ob.Addr == "FailoverClient" {
+		return false
+	}
 	return oa.Network == ob.Network && oa.Addr == ob.Addr && oa.DB == ob.DB
 }
 

@@ -116,7 +116,19 @@ type primRedlock struct {
 }
 
 func (p *primRedlock) setLogger(l *slog.Logger) { p.log = l }
-func (*primRedlock) Name() string               { return "prim" }
+
+// close waits (a few seconds at most) for the run's groups' background work,
+// before the topology closes their clients.
+func (p *primRedlock) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, g := range p.groups {
+		_ = g.WaitCleanups(ctx)
+	}
+}
+func (*primRedlock) Name() string { return "prim" }
 
 // UncertainRenewalReleases: a Redlock renewal that does not reach a quorum
 // ends the lease and removes its token from every node it can
@@ -231,18 +243,31 @@ func (h rsQuorumHeld) Owner() string           { return h.m.Value() }
 func (h rsQuorumHeld) Validity() time.Duration { return time.Until(h.m.Until()) }
 func (h rsQuorumHeld) Renew(ctx context.Context, ttl time.Duration) (bool, error) {
 	ok, err := h.m.ExtendContext(ctx)
-	if err != nil && !errors.Is(err, redsync.ErrExtendFailed) {
+	var node *redsync.RedisError
+	switch {
+	case ok:
+		return true, nil
+	case errors.Is(err, redsync.ErrExtendFailed):
+		// A majority extended it, too late: the keys were extended.
 		return false, fmt.Errorf("%w: %w", ErrUncertain, err)
+	case errors.As(err, &node):
+		return false, fmt.Errorf("%w: %w", ErrUncertain, err) // a node did not answer
 	}
-	return ok, nil
+	return false, nil // a majority answered: not ours
 }
 func (h rsQuorumHeld) Release(ctx context.Context) (string, error) {
 	ok, err := h.m.UnlockContext(ctx)
+	var node *redsync.RedisError
+	var taken *redsync.ErrNodeTaken
 	switch {
 	case ok:
 		return history.ValueReleased, nil
-	case err != nil:
+	case errors.As(err, &node):
 		return "", fmt.Errorf("%w: %w", ErrUncertain, err)
+	case errors.As(err, &taken):
+		return history.ValueNotOwned, nil
+	case errors.Is(err, redsync.ErrLockAlreadyExpired):
+		return history.ValueAlreadyReleased, nil
 	}
-	return history.ValueNotOwned, nil
+	return "", fmt.Errorf("%w: %w", ErrUncertain, err)
 }

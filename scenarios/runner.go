@@ -153,6 +153,12 @@ func (s *Scenario) Supports(impl string) bool {
 	return false
 }
 
+// MovesClock reports whether s restarts servers with their wall clocks moved
+// (the clock-skew scenarios, named …/clock-skew…): the shim that moves them
+// is a library of the host, so they run only on local servers, not in
+// containers (Config.Docker) nor on an external deployment.
+func (s *Scenario) MovesClock() bool { return strings.Contains(s.Name, "/clock-skew") }
+
 // Runnable reports whether s can run on an external deployment: it injects no
 // faults and needs no particular topology or server build.
 func (s *Scenario) Runnable(ext bool) error {
@@ -333,6 +339,9 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	}
 	if err := s.Runnable(cfg.External != nil); err != nil {
 		return nil, fmt.Errorf("scenarios: %w", err)
+	}
+	if cfg.Docker != nil && s.MovesClock() {
+		return nil, fmt.Errorf("scenarios: %s moves a server's clock (a host library): it runs only with --provider local", s.Name)
 	}
 	env := &Env{Impl: impl, Limiter: limiter, Sem: sem, Latch: latch, RW: rw, Redlock: rl, Seed: cfg.Seed, TTL: cfg.TTL, Log: cfg.Logger,
 		Resource: &Resource{Fencing: impl.Fenced()}}
@@ -546,6 +555,9 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	env.closeCoordinators()
 	if c, ok := sem.(interface{ close() }); ok {
 		defer c.close()
+	}
+	if c, ok := rl.(interface{ close() }); ok {
+		c.close() // before the topology closes the groups' clients
 	}
 	if topo := env.Topo; topo != nil {
 		// Leave the topology whole again (the nemesis may have been cut short).

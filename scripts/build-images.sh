@@ -11,10 +11,12 @@
 # manager. The image's arguments name the program, as in the public images:
 #
 #   docker run --rm -p 6379:6379 coordtorture/redis:8.0 redis-server --port 6379
-#   docker run --rm coordtorture/valkey:9.1 valkey-sentinel /dev/null --port 26379 …
+#   docker run --rm coordtorture/valkey:9.1 valkey-sentinel /data/sentinel.conf --port 26379 …
 #
-# (A sentinel needs a writable config file: /dev/null is one, so a sentinel needs no
-# file of its own; it logs that it cannot save its state, and keeps none.)
+# (A sentinel needs a writable config file, which it replaces when it saves: the
+# entrypoint gives a sentinel named a device (/dev/null) /data/sentinel.conf instead,
+# created empty. Never run a sentinel on /dev/null on a host: as root, its first save
+# replaces the device with a regular file.)
 #
 # A library a tree's programs need but the tree lacks (libz.so.1: fetch-servers.sh's
 # package closure leaves zlib1g out, the host's is found when the programs run on the
@@ -72,6 +74,13 @@ tree_hash() {
     cat "$here/scripts/build-images.sh" "$here"/scripts/images/entrypoint/main.go
   } | sha256sum | cut -c1-64
 }
+
+# One build at a time on this machine (test packages running in parallel each
+# ask for the same images): the others wait, then find them up to date.
+if command -v flock >/dev/null; then
+  exec 9>"${TMPDIR:-/tmp}/coordtorture-build-images.lock"
+  flock 9
+fi
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -501,6 +501,25 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 			}
 			ss = keep
 		}
+		if dock != nil {
+			var keep []*scenarios.Scenario
+			for _, s := range ss {
+				if s.MovesClock() {
+					if len(positional) == 1 && positional[0] == s.Name {
+						fmt.Fprintf(stderr, "coordtorture: %s moves a server's clock (a host library): it runs only with --provider local\n", s.Name)
+						return 2
+					}
+					fmt.Fprintf(stderr, "coordtorture: skipping %s (it moves a server's clock: local only)\n", s.Name)
+					continue
+				}
+				keep = append(keep, s)
+			}
+			if len(keep) == 0 {
+				fmt.Fprintln(stderr, "coordtorture: no scenario of that selection runs in containers (see coordtorture list)")
+				return 2
+			}
+			ss = keep
+		}
 		builds := []string{f.server}
 		if ext != nil {
 			builds = []string{"external"}

@@ -5,7 +5,7 @@
 // public images:
 //
 //	redis-server --port 6379 …     the server (valkey-server in a Valkey image)
-//	redis-sentinel /dev/null …     a sentinel (the server in sentinel mode)
+//	redis-sentinel sentinel.conf … a sentinel (the server in sentinel mode)
 //	redis-cli -p 6379 ping         any other program of usr/bin
 //	--port 6379 …                  no program: the server with these arguments
 //
@@ -77,13 +77,20 @@ func resolve(m manifest, args []string, exists func(string) bool) (prog, argv0 s
 	}
 	if strings.HasSuffix(name, "-sentinel") {
 		// Both servers run in sentinel mode when called by that name.
-		return "/usr/bin/" + m.flavor + "-server", "/usr/bin/" + name, args[1:], nil
+		rest := args[1:]
+		if len(rest) > 0 && strings.HasPrefix(path.Clean(rest[0]), "/dev/") {
+			rest = append([]string{sentinelConf}, rest[1:]...)
+		}
+		return "/usr/bin/" + m.flavor + "-server", "/usr/bin/" + name, rest, nil
 	}
 	if !exists("/usr/bin/" + name) {
 		return "", "", nil, fmt.Errorf("no program %q in this image (it runs %s-server, %s-sentinel and usr/bin's programs)", args[0], m.flavor, m.flavor)
 	}
 	return "/usr/bin/" + name, "/usr/bin/" + name, args[1:], nil
 }
+
+// sentinelConf is the config file a sentinel given a device is given.
+const sentinelConf = "/data/sentinel.conf"
 
 func main() {
 	m, err := readManifest("/MANIFEST")
@@ -96,6 +103,11 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "entrypoint:", err)
 		os.Exit(127)
+	}
+	if len(rest) > 0 && rest[0] == sentinelConf {
+		if f, err := os.OpenFile(sentinelConf, os.O_WRONLY|os.O_CREATE, 0o644); err == nil {
+			f.Close()
+		}
 	}
 	loader := "/" + m.loader
 	argv := append([]string{loader, "--library-path", "/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu", "--argv0", argv0, prog}, rest...)
