@@ -308,12 +308,16 @@ func TestRegistryComplete(t *testing.T) {
 		"clock-skew", "baseline-cluster"} {
 		want = append(want, "rwlock/"+fault)
 	}
+	for _, fault := range []string{"baseline", "baseline-five", "node-loss", "partition-minority", "partition-client",
+		"slow-node", "clock-skew", "restart-without-persistence", "pause-client"} {
+		want = append(want, "redlock/"+fault)
+	}
 	have := map[string]bool{}
 	for _, s := range scenarios.All() {
 		have[s.Name] = true
 		family := s.Name[:strings.Index(s.Name, "/")]
 		if family != "fenced-lock" && family != "waiting-lock" && family != "hash-lease" && family != "ratelimit" &&
-			family != "semaphore" && family != "latch" && family != "rwlock" {
+			family != "semaphore" && family != "latch" && family != "rwlock" && family != "redlock" {
 			t.Errorf("%s: family %q has no test that runs it", s.Name, family)
 		}
 		if s.Summary == "" || len(s.Properties) == 0 || s.Workload == nil {
