@@ -14,7 +14,8 @@ import (
 // TestProviderParity: a chosen set of scenarios gives the same verdicts on
 // the local provider and the docker one (same seed, same duration): the
 // faults — client partition, SIGSTOP against docker pause, kill -9 and a
-// restart without persistence, a sentinel failover, a cluster failover —
+// restart without persistence, a sentinel failover, a cluster failover, a
+// Redlock node of an independent set cut off —
 // have the same effects on processes and containers. Skips only when no
 // Docker engine is reachable.
 func TestProviderParity(t *testing.T) {
@@ -38,6 +39,7 @@ func TestProviderParity(t *testing.T) {
 		"fenced-lock/kill-restart-noaof",
 		"fenced-lock/failover-sentinel",
 		"fenced-lock/failover-cluster",
+		"redlock/partition-minority", // an independent set, a node cut off
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
