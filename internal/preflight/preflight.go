@@ -26,6 +26,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -140,6 +141,9 @@ type Options struct {
 	ClockWarn time.Duration
 	// Timeout bounds each command (default 2s).
 	Timeout time.Duration
+	// Dialer, when set, opens every connection (the tests' source addresses;
+	// a proxy).
+	Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Run checks the deployment. The error matches ErrUsage or ErrConnect; a
@@ -218,7 +222,7 @@ func (p *run) add(c Check) { p.r.Checks = append(p.r.Checks, c) }
 func (p *run) connect(ctx context.Context) error {
 	uo := &redis.UniversalOptions{Addrs: p.o.Addrs, MasterName: p.o.MasterName, IsClusterMode: p.o.Cluster,
 		Username: p.o.Username, Password: p.o.Password, DialTimeout: p.o.Timeout, ReadTimeout: p.o.Timeout,
-		WriteTimeout: p.o.Timeout, DisableIdentity: true}
+		WriteTimeout: p.o.Timeout, DisableIdentity: true, Dialer: p.o.Dialer}
 	if p.o.TLS {
 		uo.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
@@ -724,7 +728,7 @@ func (p *run) checkSentinels(ctx context.Context) {
 	var errs []string
 	for _, a := range p.o.Addrs {
 		so := &redis.Options{Addr: a, Username: p.o.Username, Password: p.o.Password, DialTimeout: p.o.Timeout,
-			ReadTimeout: p.o.Timeout, WriteTimeout: p.o.Timeout, DisableIdentity: true}
+			ReadTimeout: p.o.Timeout, WriteTimeout: p.o.Timeout, DisableIdentity: true, Dialer: p.o.Dialer}
 		if p.o.TLS {
 			so.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 		}

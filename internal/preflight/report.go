@@ -49,7 +49,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	fmt.Fprintf(w, "coordtorture preflight: %s (%s %s, %s, user %s)\n\n", r.Target, r.Server, r.Version, r.Topology, r.User)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, c := range r.Checks {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", c.Status, c.Name, c.Reason)
+		fmt.Fprintf(tw, "%-4s\t%s\t%s\n", c.Status, c.Name, c.Reason)
 		if c.Fix != "" {
 			fmt.Fprintf(tw, "\t\t→ %s\n", c.Fix)
 		}
