@@ -544,9 +544,13 @@ func (p *run) checkPrimitives() {
 				}
 				var_ = append(var_, r.what+" missing")
 				if fix == "" {
-					fix = "upgrade the server (Redis 7.4+ / Valkey 9+ for hash-field expiry) or enable it"
-					if r.soft {
-						fix = "enable CLIENT TRACKING (RESP3 or a REDIRECT client): without it waiting polls"
+					switch {
+					case r.soft:
+						fix = "a server with CLIENT TRACKING (Redis 6+, Valkey): without it waiting polls"
+					case r.t == p.caps.hfe && r.what == "hash-field expiry":
+						fix = "upgrade to Redis 7.4+ or Valkey 9+, or leave hash-lease out of --primitives"
+					default:
+						fix = "enable Lua scripting (EVAL, EVALSHA)"
 					}
 				}
 			case unknown:
