@@ -119,7 +119,7 @@ func (p *run) checkACL(ctx context.Context) {
 				skipped = append(skipped, name) // the server does not know it
 			case err != nil:
 				var re redis.Error
-				if !errors.As(err, &re) {
+				if !errors.As(err, &re) || strings.Contains(err.Error(), "User") {
 					p.add(Check{Name: "acl/" + prim, Status: Warn, Reason: "ACL DRYRUN failed: " + err.Error(), Fix: "rerun preflight"})
 					return
 				}
@@ -142,6 +142,9 @@ func (p *run) checkACL(ctx context.Context) {
 			p.facts.waitDenied = true
 		}
 		rule := fmt.Sprintf("user %q on %s", user, p.o.Key)
+		if skipped = dedupe(skipped); len(skipped) > 0 {
+			rule += " (not checked, the server refused the dry run: " + strings.Join(skipped, ", ") + ")"
+		}
 		switch {
 		case len(denied) > 0:
 			reason := rule + ": denied " + strings.Join(denied, ", ")

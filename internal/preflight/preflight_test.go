@@ -266,7 +266,8 @@ func TestSentinel(t *testing.T) {
 		t.Errorf("topology %q", r.Topology)
 	}
 	c := find(t, r, "replication")
-	if !strings.Contains(c.Reason, "1 replica(s)") || c.Scenario != "fenced-lock/failover-forced" {
+	if c.Status != Warn || !strings.Contains(c.Reason, "1 replica(s)") || !strings.Contains(c.Reason, "min-replicas-to-write 0") ||
+		c.Scenario != "fenced-lock/failover-forced" {
 		t.Errorf("replication: %+v", c)
 	}
 	if c := find(t, r, "sentinel"); c.Status != OK || !strings.Contains(c.Reason, "3/3 sentinels reachable") || !strings.Contains(c.Reason, "CKQUORUM OK on 3") {
@@ -275,8 +276,23 @@ func TestSentinel(t *testing.T) {
 	if g := guarantee(t, r, "fenced-lock/failover-forced"); g.Holds {
 		t.Errorf("failover guarantee holds with asynchronous replication: %+v", g)
 	}
+	// min-replicas-to-write 1 narrows the window: OK, and still at risk.
+	primary, err := topo.Primary(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := primary.Admin().ConfigSet(context.Background(), "min-replicas-to-write", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	r = runOK(t, Options{Addrs: addrs, MasterName: testbed.MasterName, Dialer: dialer(t, topo)})
+	if c := find(t, r, "replication"); c.Status != OK || !strings.Contains(c.Reason, "min-replicas-to-write 1") {
+		t.Errorf("replication with min-replicas-to-write 1: %+v", c)
+	}
+	if g := guarantee(t, r, "fenced-lock/failover-forced"); g.Holds {
+		t.Errorf("failover guarantee holds with asynchronous replication: %+v", g)
+	}
 	// An unknown master name: the deployment cannot be reached.
-	_, err := Run(context.Background(), Options{Addrs: addrs, MasterName: "nosuchmaster", Timeout: time.Second, Dialer: dialer(t, topo)})
+	_, err = Run(context.Background(), Options{Addrs: addrs, MasterName: "nosuchmaster", Timeout: time.Second, Dialer: dialer(t, topo)})
 	if !errors.Is(err, ErrConnect) {
 		t.Errorf("unknown master: %v", err)
 	}
