@@ -15,6 +15,7 @@ import (
 
 const preflightUsage = `Usage: coordtorture preflight --addr host:port[,host:port…] [--master-name NAME | --cluster]
                             [--user NAME] [--tls] [--json] [--primitives LIST] [--key KEY]
+                            [--write-probe]
 
 Checks, read-only and in seconds, whether a Redis or Valkey deployment is
 configured so the coordination primitives can be safe on it (the password is
@@ -40,6 +41,8 @@ the harness scenario that shows the hazard:
   tracking-table-max-keys, busy-reply-threshold (lua-time-limit)
   acl/…                    ACL DRYRUN of every command each primitive sends, on
                            --key (WARN when DRYRUN cannot be used)
+  write-probe/…            with --write-probe only: each primitive run once
+                           through prim on probe keys, then the keys deleted
 Then which guarantees hold on this deployment, each with its scenario
 (coordtorture list shows them; coordtorture run SCENARIO shows the hazard).
 
@@ -53,7 +56,7 @@ func preflightCmd(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("preflight", flag.ContinueOnError)
 	var (
 		addr, masterName, user, prims, key string
-		cluster, useTLS, asJSON            bool
+		cluster, useTLS, asJSON, probe     bool
 		timeout, clockWarn                 time.Duration
 	)
 	fs.StringVar(&addr, "addr", "", "host:port[,host:port…] of the deployment (several = cluster; the sentinels with --master-name)")
@@ -62,6 +65,7 @@ func preflightCmd(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&user, "user", "", "ACL user name (password from $COORDTORTURE_PASSWORD)")
 	fs.BoolVar(&useTLS, "tls", false, "connect with TLS")
 	fs.BoolVar(&asJSON, "json", false, "write the report as JSON")
+	fs.BoolVar(&probe, "write-probe", false, "also run each primitive once on keys under a random coordtorture:preflight:probe:… prefix, and delete them (the only mode that writes)")
 	fs.StringVar(&prims, "primitives", "", "comma-separated primitives the service uses (default all): "+strings.Join(preflight.Primitives(), ", "))
 	fs.StringVar(&key, "key", "", "a key of the service's, so the ACL checks match its key patterns (default coordtorture:preflight)")
 	fs.DurationVar(&timeout, "timeout", 2*time.Second, "bound of each command")
@@ -84,7 +88,7 @@ func preflightCmd(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	o := preflight.Options{Addrs: strings.Split(addr, ","), MasterName: masterName, Cluster: cluster, Username: user,
-		Password: os.Getenv("COORDTORTURE_PASSWORD"), TLS: useTLS, Key: key, Timeout: timeout, ClockWarn: clockWarn}
+		Password: os.Getenv("COORDTORTURE_PASSWORD"), TLS: useTLS, Key: key, Timeout: timeout, ClockWarn: clockWarn, WriteProbe: probe}
 	if prims != "" {
 		o.Primitives = strings.Split(prims, ",")
 	}

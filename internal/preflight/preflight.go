@@ -10,7 +10,7 @@
 // what to change; [Report.Guarantees] ties each guarantee to the harness
 // scenario that shows the hazard when it does not hold.
 //
-// Preflight writes nothing: it reads INFO and CONFIG, runs a script that only
+// Preflight writes nothing (unless [Options.WriteProbe] asks it to): it reads INFO and CONFIG, runs a script that only
 // reads the server's clock, and probes commands on a random key that does not
 // exist in forms that cannot create it (HPTTL, DELEX … IFEQ, SET … IFEQ, whose
 // comparison value is random). The script cache and the connection list are
@@ -141,6 +141,10 @@ type Options struct {
 	ClockWarn time.Duration
 	// Timeout bounds each command (default 2s).
 	Timeout time.Duration
+	// WriteProbe also runs each primitive in use once, through prim, on keys
+	// under a random "coordtorture:preflight:probe:…:" prefix, and deletes
+	// them afterwards: the only mode that writes.
+	WriteProbe bool
 	// Dialer, when set, opens every connection (the tests' source addresses;
 	// a proxy).
 	Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
@@ -297,6 +301,9 @@ func (p *run) checkAll(ctx context.Context) {
 	p.checkClock(ctx)
 	p.checkLimits(ctx)
 	p.checkACL(ctx)
+	if p.o.WriteProbe {
+		p.writeProbe(ctx)
+	}
 	p.guarantees()
 }
 

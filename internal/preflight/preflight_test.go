@@ -312,6 +312,14 @@ func TestCluster(t *testing.T) {
 	if len(r.Checks) == 0 || find(t, r, "server").Status != OK || !strings.Contains(find(t, r, "server").Reason, "3 primaries") {
 		t.Errorf("server:\n%s", text(r))
 	}
+	// The write probe on a cluster: every primitive, no key left.
+	r = runOK(t, Options{Addrs: addrs, Dialer: dialer(t, topo), WriteProbe: true})
+	checkWriteProbe(t, r)
+	for _, n := range topo.Nodes() {
+		if k, err := n.Admin().Keys(context.Background(), "*").Result(); err != nil || len(k) > 0 {
+			t.Errorf("%s: keys left: %v %v", n.Name, k, err)
+		}
+	}
 	// Forget slot 0 everywhere: uncovered.
 	ctx := context.Background()
 	for _, n := range topo.Nodes() {
@@ -320,6 +328,37 @@ func TestCluster(t *testing.T) {
 	r = runOK(t, Options{Addrs: addrs, Dialer: dialer(t, topo)})
 	if c := find(t, r, "cluster"); c.Status != Fail || !strings.Contains(c.Reason, "16383/16384") {
 		t.Errorf("uncovered slot: %+v", c)
+	}
+}
+
+// TestWriteProbe: --write-probe runs every primitive (hash-field leases
+// where the server has them) and leaves no key: only the user's keys remain.
+func TestWriteProbe(t *testing.T) {
+	topo := testbed.Standalone(t, build(), testbed.WithAOF(true))
+	admin := topo.Node("n1").Admin()
+	if err := admin.Set(context.Background(), "users-own-key", "keep", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := runOK(t, Options{Addrs: []string{topo.Node("n1").Addr}, Dialer: dialer(t, topo), WriteProbe: true})
+	checkWriteProbe(t, r)
+	keys, err := admin.Keys(context.Background(), "*").Result()
+	if err != nil || len(keys) != 1 || keys[0] != "users-own-key" {
+		t.Errorf("keys left: %v %v", keys, err)
+	}
+}
+
+func checkWriteProbe(t *testing.T, r *Report) {
+	t.Helper()
+	noHFE := strings.Contains(find(t, r, "capability/hash-field-expiry").Reason, "absent")
+	for _, prim := range append(slices.DeleteFunc(Primitives(), func(p string) bool { return p == Redlock }), "cleanup") {
+		c := find(t, r, "write-probe/"+prim)
+		want := OK
+		if prim == HashLease && noHFE {
+			want = Warn
+		}
+		if c.Status != want {
+			t.Errorf("%s: %+v", prim, c)
+		}
 	}
 }
 
