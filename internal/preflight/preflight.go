@@ -298,7 +298,9 @@ func (p *run) checkAll(ctx context.Context) {
 	case "cluster":
 		p.checkCluster(ctx)
 	}
-	p.checkClock(ctx)
+	for _, n := range p.nodes {
+		p.checkClock(ctx, n)
+	}
 	p.checkLimits(ctx)
 	p.checkACL(ctx)
 	if p.o.WriteProbe {
@@ -365,6 +367,19 @@ func (p *run) checkServer(ctx context.Context) {
 	desc := fmt.Sprintf("%s %s, %s", p.r.Server, p.r.Version, p.r.Topology)
 	if len(p.nodes) > 1 {
 		desc += fmt.Sprintf(" (%d primaries)", len(p.nodes))
+	}
+	for _, other := range p.nodes[1:] {
+		if m2, err := info(cctx, other, "server"); err == nil {
+			v2 := m2["redis_version"]
+			if m2["valkey_version"] != "" {
+				v2 = m2["valkey_version"]
+			}
+			if v2 != p.r.Version {
+				p.add(Check{Name: "server", Status: Warn, Reason: desc + ": mixed versions (" + other.Options().Addr + " runs " + v2 + "); the capability lines are the first node's",
+					Fix: "finish the upgrade: prim learns each node's commands, preflight asks one"})
+				return
+			}
+		}
 	}
 	if major < floor {
 		p.add(Check{Name: "server", Status: Fail, Reason: desc + fmt.Sprintf(": prim needs Redis 7.0+ or Valkey 8+ (found %d.%d)", major, minor),
@@ -593,6 +608,11 @@ func (p *run) checkPrimitives() {
 	need(Latch, lua, req{p.caps.tracking, "CLIENT TRACKING (Wait)", true})
 	need(RateLimiters, luaTime)
 	need(Redlock, lua)
+	if p.uses(Redlock) {
+		if c := &p.r.Checks[len(p.r.Checks)-1]; c.Name == "primitive/"+Redlock && c.Status == OK {
+			c.Reason += " (a Redlock spans three or more independent deployments: run preflight on each)"
+		}
+	}
 }
 
 func worse(a, b Status) Status {
@@ -803,14 +823,15 @@ func (p *run) checkCluster(ctx context.Context) {
 	}
 }
 
-func (p *run) checkClock(ctx context.Context) {
+func (p *run) checkClock(ctx context.Context, n *redis.Client) {
 	cctx, cancel := p.ctx(ctx)
 	defer cancel()
+	name := p.label("clock", n)
 	t0 := time.Now()
-	st, err := p.nodes[0].Time(cctx).Result()
+	st, err := n.Time(cctx).Result()
 	t1 := time.Now()
 	if err != nil {
-		p.add(Check{Name: "clock", Status: Warn, Reason: "TIME refused: " + err.Error(), Fix: "allow TIME for this user"})
+		p.add(Check{Name: name, Status: Warn, Reason: "TIME refused: " + err.Error(), Fix: "allow TIME for this user"})
 		return
 	}
 	mid := t0.Add(t1.Sub(t0) / 2)
@@ -818,11 +839,11 @@ func (p *run) checkClock(ctx context.Context) {
 	abs := max(off, -off)
 	desc := fmt.Sprintf("server clock %+dms from this client's (±%dms)", off.Milliseconds(), (t1.Sub(t0) / 2).Milliseconds())
 	if abs > p.o.ClockWarn {
-		p.add(Check{Name: "clock", Status: Warn, Reason: desc + fmt.Sprintf(": above %v; the server decides expiry and rate windows, the client estimates them",
+		p.add(Check{Name: name, Status: Warn, Reason: desc + fmt.Sprintf(": above %v; the server decides expiry and rate windows, the client estimates them",
 			p.o.ClockWarn), Fix: "synchronize both clocks (NTP/chrony)", Scenario: "fenced-lock/clock-skew"})
 		return
 	}
-	p.add(Check{Name: "clock", Status: OK, Reason: desc})
+	p.add(Check{Name: name, Status: OK, Reason: desc})
 }
 
 func (p *run) checkLimits(ctx context.Context) {

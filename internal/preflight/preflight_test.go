@@ -3,6 +3,7 @@ package preflight
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"net"
@@ -161,6 +162,16 @@ func TestWellConfigured(t *testing.T) {
 	}
 	if g := guarantee(t, r, "fenced-lock/kill-restart-noaof"); !g.Holds {
 		t.Errorf("restart guarantee: %+v", g)
+	}
+
+	var js bytes.Buffer
+	var back Report
+	if err := r.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(js.Bytes(), &back); err != nil || len(back.Checks) != len(r.Checks) || back.Checks[0].Name != "server" ||
+		len(back.Guarantees) != len(r.Guarantees) || !strings.Contains(js.String(), `"status": "OK"`) {
+		t.Errorf("JSON does not round-trip: %v\n%s", err, js.String())
 	}
 
 	golden := filepath.Join("testdata", "standalone-"+b+".golden")
