@@ -302,6 +302,18 @@ func TestSentinel(t *testing.T) {
 	if g := guarantee(t, r, "fenced-lock/failover-forced"); g.Holds {
 		t.Errorf("failover guarantee holds with asynchronous replication: %+v", g)
 	}
+	// The replica detached: the primary has none to fail over to (WARN).
+	for _, n := range topo.Nodes() {
+		if n.Name != primary.Name {
+			if err := n.Admin().Do(context.Background(), "REPLICAOF", "NO", "ONE").Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	r = runOK(t, Options{Addrs: addrs, MasterName: testbed.MasterName, Dialer: dialer(t, topo)})
+	if c := find(t, r, "replication"); c.Status != Warn || !strings.Contains(c.Reason, "no connected replica") {
+		t.Errorf("replication without a replica: %+v", c)
+	}
 	// An unknown master name: the deployment cannot be reached.
 	_, err = Run(context.Background(), Options{Addrs: addrs, MasterName: "nosuchmaster", Timeout: time.Second, Dialer: dialer(t, topo)})
 	if !errors.Is(err, ErrConnect) {
