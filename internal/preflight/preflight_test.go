@@ -314,6 +314,9 @@ func TestSentinel(t *testing.T) {
 	if c := find(t, r, "replication"); c.Status != Warn || !strings.Contains(c.Reason, "no connected replica") {
 		t.Errorf("replication without a replica: %+v", c)
 	}
+	if g := guarantee(t, r, "fenced-lock/failover-forced"); !g.Holds {
+		t.Errorf("failover guarantee without a replica to promote: %+v", g)
+	}
 	// An unknown master name: the deployment cannot be reached.
 	_, err = Run(context.Background(), Options{Addrs: addrs, MasterName: "nosuchmaster", Timeout: time.Second, Dialer: dialer(t, topo)})
 	if !errors.Is(err, ErrConnect) {

@@ -23,14 +23,14 @@ func (p *run) guarantees() {
 		"AOF: a restart reloads the counters", "no AOF: a restart loses the counters, tokens may regress", "fenced-lock/kill-restart-noaof")
 	g(persisted, "rate limits hold across a restart",
 		"AOF: a restart reloads the limiters' state", "no AOF: a restart gives permits back", "ratelimit/fixed/kill-restart-noaof")
-	if p.r.Topology == "cluster" || p.facts.replicas > 0 || p.r.Topology == "sentinel" {
+	if p.facts.replicas > 0 {
 		g(false, "fencing tokens never regress on failover", "",
 			"asynchronous replication: a promoted replica can lack the last tokens", p.failoverScenario())
 		g(false, "one holder at a time across a failover", "",
 			"asynchronous replication: a promoted replica can lack a live lease", "semaphore/failover-forced")
 	} else {
 		g(true, "fencing tokens never regress on failover",
-			"no replicas: no failover (a lost server is downtime, not a regression)", "", "fenced-lock/failover-forced")
+			"no connected replica: no failover (a lost server is downtime, not a regression)", "", p.failoverScenario())
 	}
 	g(!p.facts.aclKillDenied, "uncertain renewals and acquisitions are fenced (CLIENT KILL)",
 		map[bool]string{true: "CLIENT KILL allowed", false: "CLIENT KILL not checked (no ACL DRYRUN)"}[p.facts.aclChecked],
