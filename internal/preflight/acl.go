@@ -35,6 +35,10 @@ func (p *run) aclCommands(prim string) []aclCmd {
 			req(append([]any{"EVAL", "return 1", n}, keys...)...)}
 	}
 	fencing := []aclCmd{req("CLIENT", "INFO"), req("CLIENT", "KILL", "ID", 1)}
+	if p.r.Topology == "cluster" {
+		// A dedicated connection follows an ASK redirection (a slot migrating).
+		fencing = append(fencing, opt("ASKING"))
+	}
 	var cs []aclCmd
 	switch prim {
 	case FencedLock:
