@@ -18,6 +18,8 @@ type aclCmd struct {
 	optional bool
 	// needs: the capability without which prim never sends it.
 	needs *tristate
+	// effect: what an optional command's denial costs.
+	effect string
 }
 
 // aclCommands lists, per primitive, the commands prim sends (prim/doc.go's
@@ -37,7 +39,7 @@ func (p *run) aclCommands(prim string) []aclCmd {
 	fencing := []aclCmd{req("CLIENT", "INFO"), req("CLIENT", "KILL", "ID", 1)}
 	if p.r.Topology == "cluster" {
 		// A dedicated connection follows an ASK redirection (a slot migrating).
-		fencing = append(fencing, opt("ASKING"))
+		fencing = append(fencing, aclCmd{args: []any{"ASKING"}, optional: true, effect: "operations on a migrating slot fail"})
 	}
 	var cs []aclCmd
 	switch prim {
@@ -110,7 +112,7 @@ func (p *run) checkACL(ctx context.Context) {
 		if !p.uses(prim) {
 			continue
 		}
-		var denied, deniedOpt, skipped []string
+		var denied, deniedOpt, skipped, effects []string
 		for _, c := range p.aclCommands(prim) {
 			if c.needs != nil && *c.needs != present {
 				continue // prim never sends it to this server
@@ -131,6 +133,7 @@ func (p *run) checkACL(ctx context.Context) {
 			case v != "OK":
 				if c.optional {
 					deniedOpt = append(deniedOpt, name)
+					effects = append(effects, effectOf(prim, c))
 				} else {
 					denied = append(denied, name)
 				}
@@ -163,16 +166,24 @@ func (p *run) checkACL(ctx context.Context) {
 			}
 			p.add(Check{Name: "acl/" + prim, Status: Fail, Reason: reason, Fix: fix, Scenario: sc})
 		case len(deniedOpt) > 0:
-			what := "a fast path is lost (the fallback is used, at the cost of a refused command each time)"
-			if prim == Waiting || prim == Latch {
-				what = "waiting falls back to polling"
-			}
+			what := strings.Join(dedupe(effects), "; ")
 			p.add(Check{Name: "acl/" + prim, Status: Warn, Reason: rule + ": denied " + strings.Join(deniedOpt, ", ") + ": " + what,
 				Fix: "grant " + aclRule(deniedOpt)})
 		default:
 			p.add(Check{Name: "acl/" + prim, Status: OK, Reason: rule + ": every command allowed"})
 		}
 	}
+}
+
+// effectOf says what the denial of an optional command costs.
+func effectOf(prim string, c aclCmd) string {
+	switch {
+	case c.effect != "":
+		return c.effect
+	case prim == Waiting || prim == Latch:
+		return "waiting falls back to polling"
+	}
+	return "a fast path is lost (the fallback runs, after a refused command each time)"
 }
 
 func cmdName(args []any) string {
