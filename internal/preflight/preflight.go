@@ -65,6 +65,8 @@ type Check struct {
 type Guarantee struct {
 	Guarantee string `json:"guarantee"`
 	Holds     bool   `json:"holds"`
+	// Unchecked: what it depends on could not be read (Holds is false).
+	Unchecked bool   `json:"unchecked,omitempty"`
 	Reason    string `json:"reason"`
 	Scenario  string `json:"scenario"`
 }
@@ -205,6 +207,8 @@ type facts struct {
 	noPersistence, rdbOnly    bool
 	replicas                  int
 	aclKillDenied             bool
+	memUnknown, diskUnknown   bool // the policy or the persistence could not be read
+	replUnknown               bool // the replication could not be read
 	aclChecked                bool
 	waitDenied                bool
 }
@@ -630,6 +634,7 @@ func (p *run) checkMemory(ctx context.Context, n *redis.Client) {
 	defer cancel()
 	m, err := info(cctx, n, "memory")
 	if err != nil {
+		p.facts.memUnknown = true
 		p.add(Check{Name: p.label("maxmemory-policy", n), Status: Warn, Reason: "INFO memory refused: " + err.Error(), Fix: "allow INFO for this user"})
 		return
 	}
@@ -640,6 +645,7 @@ func (p *run) checkMemory(ctx context.Context, n *redis.Client) {
 	name := p.label("maxmemory-policy", n)
 	switch {
 	case policy == "":
+		p.facts.memUnknown = true
 		p.add(Check{Name: name, Status: Warn, Reason: "could not read the eviction policy", Fix: "check maxmemory-policy is noeviction by hand"})
 	case !isEvicting(policy):
 		p.add(Check{Name: name, Status: OK, Reason: "noeviction: nothing is evicted (writes fail with OOM when memory is full)"})
@@ -666,6 +672,7 @@ func (p *run) checkPersistence(ctx context.Context, n *redis.Client) {
 	name := p.label("persistence", n)
 	m, err := info(cctx, n, "persistence")
 	if err != nil {
+		p.facts.diskUnknown = true
 		p.add(Check{Name: name, Status: Warn, Reason: "INFO persistence refused: " + err.Error(), Fix: "allow INFO for this user"})
 		return
 	}
@@ -704,6 +711,7 @@ func (p *run) checkReplication(ctx context.Context, n *redis.Client) {
 	name := p.label("replication", n)
 	m, err := info(cctx, n, "replication")
 	if err != nil {
+		p.facts.replUnknown = true
 		p.add(Check{Name: name, Status: Warn, Reason: "INFO replication refused: " + err.Error(), Fix: "allow INFO for this user"})
 		return
 	}

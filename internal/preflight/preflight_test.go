@@ -253,6 +253,22 @@ func TestMisconfigured(t *testing.T) {
 	if c := find(t, r, "acl/waiting"); c.Status != Warn || !strings.Contains(c.Reason, "SUBSCRIBE") || !strings.Contains(c.Reason, "polling") {
 		t.Errorf("user without the invalidation channel: %+v", c)
 	}
+	// A user that may read neither INFO nor CONFIG: WARNs saying what could
+	// not be read, not a wrong OK.
+	if err := admin.Do(ctx, "ACL", "SETUSER", "blind", "on", ">pw", "~*", "&*", "+@all", "-info", "-config").Err(); err != nil {
+		t.Fatal(err)
+	}
+	r = runOK(t, Options{Addrs: []string{addr}, Dialer: dial, Username: "blind", Password: "pw"})
+	for _, name := range []string{"server", "maxmemory-policy", "persistence", "replication", "tracking-table-max-keys", "busy-reply-threshold"} {
+		if c := find(t, r, name); c.Status != Warn {
+			t.Errorf("%s without INFO and CONFIG: %+v", name, c)
+		}
+	}
+	for _, sc := range []string{"fenced-lock/eviction", "fenced-lock/kill-restart-noaof", "fenced-lock/failover-forced"} {
+		if g := guarantee(t, r, sc); g.Holds || !g.Unchecked {
+			t.Errorf("a guarantee decided without its facts: %+v", g)
+		}
+	}
 	// A user that may not run ACL: the ACL is not checked, and says so.
 	if err := admin.Do(ctx, "ACL", "SETUSER", "noacl", "on", ">pw", "~*", "&*", "+@all", "-acl").Err(); err != nil {
 		t.Fatal(err)

@@ -16,14 +16,28 @@ func (p *run) guarantees() {
 		}
 		p.r.Guarantees = append(p.r.Guarantees, Guarantee{Guarantee: text, Holds: holds, Reason: reason, Scenario: scenario})
 	}
-	g(!p.facts.evicting && !p.facts.evictingNoLimit, "fencing tokens and leases survive memory pressure",
-		"noeviction: nothing is evicted", "evicting policy: a counter or lease can be evicted", "fenced-lock/eviction")
+	unchecked := func(text, why, scenario string) {
+		p.r.Guarantees = append(p.r.Guarantees, Guarantee{Guarantee: text, Unchecked: true, Reason: why, Scenario: scenario})
+	}
+	if p.facts.memUnknown {
+		unchecked("fencing tokens and leases survive memory pressure", "the eviction policy could not be read", "fenced-lock/eviction")
+	} else {
+		g(!p.facts.evicting && !p.facts.evictingNoLimit, "fencing tokens and leases survive memory pressure",
+			"noeviction: nothing is evicted", "evicting policy: a counter or lease can be evicted", "fenced-lock/eviction")
+	}
 	persisted := !p.facts.noPersistence && !p.facts.rdbOnly
-	g(persisted, "fencing tokens never regress across a restart",
-		"AOF: a restart reloads the counters", "no AOF: a restart loses the counters, tokens may regress", "fenced-lock/kill-restart-noaof")
-	g(persisted, "rate limits hold across a restart",
-		"AOF: a restart reloads the limiters' state", "no AOF: a restart gives permits back", "ratelimit/fixed/kill-restart-noaof")
-	if p.facts.replicas > 0 {
+	if p.facts.diskUnknown {
+		unchecked("fencing tokens never regress across a restart", "the persistence settings could not be read", "fenced-lock/kill-restart-noaof")
+		unchecked("rate limits hold across a restart", "the persistence settings could not be read", "ratelimit/fixed/kill-restart-noaof")
+	} else {
+		g(persisted, "fencing tokens never regress across a restart",
+			"AOF: a restart reloads the counters", "no AOF: a restart loses the counters, tokens may regress", "fenced-lock/kill-restart-noaof")
+		g(persisted, "rate limits hold across a restart",
+			"AOF: a restart reloads the limiters' state", "no AOF: a restart gives permits back", "ratelimit/fixed/kill-restart-noaof")
+	}
+	if p.facts.replUnknown && p.facts.replicas == 0 {
+		unchecked("fencing tokens never regress on failover", "the replication could not be read", p.failoverScenario())
+	} else if p.facts.replicas > 0 {
 		g(false, "fencing tokens never regress on failover", "",
 			"asynchronous replication: a promoted replica can lack the last tokens", p.failoverScenario())
 		g(false, "one holder at a time across a failover", "",
@@ -61,7 +75,10 @@ func (r *Report) WriteText(w io.Writer) error {
 	fmt.Fprintln(w, "\nGuarantees on this deployment:")
 	for _, g := range r.Guarantees {
 		mark := "holds  "
-		if !g.Holds {
+		switch {
+		case g.Unchecked:
+			mark = "UNKNOWN"
+		case !g.Holds:
 			mark = "AT RISK"
 		}
 		fmt.Fprintf(w, "  %s %s: %s — see %s\n", mark, g.Guarantee, g.Reason, g.Scenario)
