@@ -277,6 +277,9 @@ func TestMisconfigured(t *testing.T) {
 	if c := find(t, r, "acl/fenced-lock"); c.Status != Warn || !strings.Contains(c.Reason, "not checked") {
 		t.Errorf("user without ACL DRYRUN: %+v", c)
 	}
+	if g := guarantee(t, r, "fenced-lock/lose-replies"); g.Holds || !g.Unchecked {
+		t.Errorf("fencing guarantee without ACL DRYRUN: %+v", g)
+	}
 }
 
 // TestSentinel: through the sentinels, the replication line counts the

@@ -46,12 +46,18 @@ func (p *run) guarantees() {
 		g(true, "fencing tokens never regress on failover",
 			"no connected replica: no failover (a lost server is downtime, not a regression)", "", p.failoverScenario())
 	}
-	g(!p.facts.aclKillDenied, "uncertain renewals and acquisitions are fenced (CLIENT KILL)",
-		map[bool]string{true: "CLIENT KILL allowed", false: "CLIENT KILL not checked (no ACL DRYRUN)"}[p.facts.aclChecked],
-		"CLIENT KILL denied: a lost reply's command may still run later", "fenced-lock/lose-replies")
-	tracking := p.caps.tracking == present && !p.facts.waitDenied
-	g(tracking, "waiters wake on invalidations, not polling",
-		"CLIENT TRACKING and the invalidation channel are usable", "no tracking or no permission: waiting polls", "waiting-lock/lost-notifications")
+	if p.facts.aclChecked {
+		g(!p.facts.aclKillDenied, "uncertain renewals and acquisitions are fenced (CLIENT KILL)", "CLIENT KILL allowed",
+			"CLIENT KILL denied: a lost reply's command may still run later", "fenced-lock/lose-replies")
+	} else {
+		unchecked("uncertain renewals and acquisitions are fenced (CLIENT KILL)", "the ACL could not be checked (no ACL DRYRUN)", "fenced-lock/lose-replies")
+	}
+	if p.caps.tracking == unknown {
+		unchecked("waiters wake on invalidations, not polling", "CLIENT TRACKING could not be probed", "waiting-lock/lost-notifications")
+	} else {
+		g(p.caps.tracking == present && !p.facts.waitDenied, "waiters wake on invalidations, not polling",
+			"CLIENT TRACKING and the invalidation channel are usable", "no tracking or no permission: waiting polls", "waiting-lock/lost-notifications")
+	}
 	g(true, "a paused holder's stale write is refused by a resource that checks fencing tokens",
 		"no server setting can give it: the resource must compare tokens", "", "fenced-lock/pause-client")
 }
