@@ -113,12 +113,23 @@ func (p *run) checkACL(ctx context.Context) {
 			continue
 		}
 		var denied, deniedOpt, skipped, effects []string
-		for _, c := range p.aclCommands(prim) {
-			if c.needs != nil && *c.needs != present {
-				continue // prim never sends it to this server
+		// One pipeline per primitive: a round trip, not one per command.
+		var cs []aclCmd
+		var cmds []*redis.Cmd
+		dctx, dcancel := p.ctx(ctx)
+		_, _ = n.Pipelined(dctx, func(pl redis.Pipeliner) error {
+			for _, c := range p.aclCommands(prim) {
+				if c.needs != nil && *c.needs != present {
+					continue // prim never sends it to this server
+				}
+				cs = append(cs, c)
+				cmds = append(cmds, pl.Do(dctx, append([]any{"ACL", "DRYRUN", user}, c.args...)...))
 			}
-			args := append([]any{"ACL", "DRYRUN", user}, c.args...)
-			v, err := n.Do(cctx, args...).Text()
+			return nil
+		})
+		dcancel()
+		for i, c := range cs {
+			v, err := cmds[i].Text()
 			name := cmdName(c.args)
 			switch {
 			case err != nil && strings.Contains(err.Error(), "not found") && !strings.Contains(err.Error(), "User"):

@@ -444,7 +444,8 @@ func randomHex() string {
 
 // probeCaps asks the server, as prim does, with commands that cannot write.
 func (p *run) probeCaps(ctx context.Context) {
-	cctx, cancel := p.ctx(ctx)
+	// Seven probes, each bounded by the client's read timeout (Timeout).
+	cctx, cancel := context.WithTimeout(ctx, 8*p.o.Timeout)
 	defer cancel()
 	key := "coordtorture:preflight:probe:" + randomHex() // does not exist
 	token := randomHex()
