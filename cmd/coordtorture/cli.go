@@ -31,6 +31,7 @@ Usage:
   coordtorture run [flags] [PATTERN…]    run scenarios (default: all)
   coordtorture matrix [flags] [PATTERN…] run them on every fetched server build
   coordtorture replay [flags] DIR        re-run, from their seeds, the failures of the run in DIR
+  coordtorture preflight --addr …        read-only checks of a deployment, in seconds
   coordtorture COMMAND --help            a command's arguments and flags
 
 PATTERN is a scenario's name (fenced-lock/baseline), a family (fenced-lock), a
@@ -188,6 +189,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return list(args[1:], stdout, stderr)
 	case "run", "matrix", "replay":
 		return runCmd(args[0], args[1:], stdout, stderr)
+	case "preflight":
+		return preflightCmd(args[1:], stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "coordtorture: unknown command %q\n\n%s", args[0], usage)
 	return 2

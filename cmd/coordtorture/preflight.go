@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/coordtorture/coordtorture/internal/preflight"
+)
+
+const preflightUsage = `Usage: coordtorture preflight --addr host:port[,host:port…] [--master-name NAME | --cluster]
+                            [--user NAME] [--tls] [--json] [--primitives LIST] [--key KEY]
+                            [--write-probe]
+
+Checks, read-only and in seconds, whether a Redis or Valkey deployment is
+configured so the coordination primitives can be safe on it (the password is
+read from $COORDTORTURE_PASSWORD, as for run --provider external). It writes
+nothing: it reads INFO and CONFIG, runs a script that only reads TIME, and
+probes the fast commands (HPTTL, DELEX … IFEQ, SET … IFEQ) on a key that does
+not exist, in forms that cannot create it.
+
+One line per check, OK, WARN or FAIL, with the reason, what to change (→) and
+the harness scenario that shows the hazard:
+  server                   kind and version (Redis 7.0+ or Valkey 8+)
+  capability/…             what the server answers to Lua+TIME, CLIENT TRACKING,
+                           hash-field expiry, DELEX, SET IFEQ, INCREX
+  primitive/…              per primitive: whether what it needs exists
+  maxmemory-policy         an evicting policy: FAIL with fenced locks (eviction
+                           can drop fencing counters), WARN otherwise
+  persistence              appendonly/appendfsync; none: WARN (tokens may
+                           regress after a restart)
+  replication              role, replicas, lag, min-replicas-to-write
+  sentinel                 with --master-name: master known, SENTINEL CKQUORUM
+  cluster                  with --cluster: cluster_state, all 16384 slots
+  clock                    server TIME against this machine's clock
+  tracking-table-max-keys, busy-reply-threshold (lua-time-limit)
+  acl/…                    ACL DRYRUN of every command each primitive sends, on
+                           --key (WARN when DRYRUN cannot be used)
+  write-probe/…            with --write-probe only: each primitive run once
+                           through prim on probe keys, then the keys deleted
+Then which guarantees hold on this deployment, each with its scenario
+(coordtorture list shows them; coordtorture run SCENARIO shows the hazard).
+
+Exit status: 0 when no check is FAIL, 1 when one is, 2 on a usage error or
+when the deployment cannot be reached.
+
+Flags:
+`
+
+func preflightCmd(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("preflight", flag.ContinueOnError)
+	var (
+		addr, masterName, user, prims, key string
+		cluster, useTLS, asJSON, probe     bool
+		timeout, clockWarn                 time.Duration
+	)
+	fs.StringVar(&addr, "addr", "", "host:port[,host:port…] of the deployment (several = cluster; the sentinels with --master-name)")
+	fs.StringVar(&masterName, "master-name", "", "Sentinel master name (--addr lists the sentinels)")
+	fs.BoolVar(&cluster, "cluster", false, "--addr is a cluster (needed when it is a single address)")
+	fs.StringVar(&user, "user", "", "ACL user name (password from $COORDTORTURE_PASSWORD)")
+	fs.BoolVar(&useTLS, "tls", false, "connect with TLS")
+	fs.BoolVar(&asJSON, "json", false, "write the report as JSON")
+	fs.BoolVar(&probe, "write-probe", false, "also run each primitive once on keys under a random coordtorture:preflight:probe:… prefix, and delete them (the only mode that writes)")
+	fs.StringVar(&prims, "primitives", "", "comma-separated primitives the service uses (default all): "+strings.Join(preflight.Primitives(), ", "))
+	fs.StringVar(&key, "key", "", "a key of the service's, so the ACL checks match its key patterns (default coordtorture:preflight)")
+	fs.DurationVar(&timeout, "timeout", 2*time.Second, "bound of each command")
+	fs.DurationVar(&clockWarn, "clock-warn", 100*time.Millisecond, "WARN above this client-versus-server clock offset")
+	pos, help, err := parseArgs(fs, args)
+	if help {
+		fmt.Fprint(stdout, preflightUsage)
+		fs.SetOutput(stdout)
+		fs.PrintDefaults()
+		return 0
+	}
+	if err == nil && len(pos) > 0 {
+		err = fmt.Errorf("unexpected arguments %q", pos)
+	}
+	if err == nil && addr == "" {
+		err = errors.New("--addr is required")
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "coordtorture preflight: %v (see coordtorture preflight --help)\n", err)
+		return 2
+	}
+	o := preflight.Options{Addrs: strings.Split(addr, ","), MasterName: masterName, Cluster: cluster, Username: user,
+		Password: os.Getenv("COORDTORTURE_PASSWORD"), TLS: useTLS, Key: key, Timeout: timeout, ClockWarn: clockWarn, WriteProbe: probe}
+	if prims != "" {
+		o.Primitives = strings.Split(prims, ",")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := preflight.Run(ctx, o)
+	if err != nil {
+		fmt.Fprintf(stderr, "coordtorture preflight: %v\n", err)
+		return 2
+	}
+	if asJSON {
+		err = rep.WriteJSON(stdout)
+	} else {
+		err = rep.WriteText(stdout)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "coordtorture preflight: %v\n", err)
+		return 2
+	}
+	return rep.ExitStatus()
+}

@@ -1,0 +1,885 @@
+// Package preflight checks, read-only and in seconds, whether a Redis or
+// Valkey deployment is configured so that prim's primitives can be safe on it,
+// and which of their guarantees it can keep: the server and its version, what
+// each primitive needs (learned from the server's own answers, as prim learns
+// them), eviction, persistence, replication, Sentinel and Cluster health, the
+// client-versus-server clock offset, a few limits, and the connected user's
+// ACL permissions (ACL DRYRUN).
+//
+// Every check is a [Check] line, OK, WARN or FAIL, with a one-line reason and
+// what to change; [Report.Guarantees] ties each guarantee to the harness
+// scenario that shows the hazard when it does not hold.
+//
+// Preflight writes nothing (unless [Options.WriteProbe] asks it to): it reads INFO and CONFIG, runs a script that only
+// reads the server's clock, and probes commands on a random key that does not
+// exist in forms that cannot create it (HPTTL, DELEX … IFEQ, SET … IFEQ, whose
+// comparison value is random). The script cache and the connection list are
+// the only server state it touches.
+//
+// The harness's packages use it; prim does not import it.
+package preflight
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Status is a check's outcome.
+type Status string
+
+// The outcomes, from best to worst.
+const (
+	OK   Status = "OK"
+	Warn Status = "WARN"
+	Fail Status = "FAIL"
+)
+
+// Check is one line of the report.
+type Check struct {
+	// Name names the check: "server", "maxmemory-policy", "acl/fenced-lock"…
+	Name   string `json:"check"`
+	Status Status `json:"status"`
+	// Reason is one line: what was found.
+	Reason string `json:"reason"`
+	// Fix is what to change, empty when nothing needs to.
+	Fix string `json:"fix,omitempty"`
+	// Scenario is the harness scenario that shows the hazard, when there is one.
+	Scenario string `json:"scenario,omitempty"`
+}
+
+// Guarantee is one line of the closing summary: a guarantee and whether it
+// holds on the deployment, with the scenario that shows what happens when it
+// does not.
+type Guarantee struct {
+	Guarantee string `json:"guarantee"`
+	Holds     bool   `json:"holds"`
+	// Unchecked: what it depends on could not be read (Holds is false).
+	Unchecked bool   `json:"unchecked,omitempty"`
+	Reason    string `json:"reason"`
+	Scenario  string `json:"scenario"`
+}
+
+// Report is everything a preflight found.
+type Report struct {
+	Target     string      `json:"target"`
+	Topology   string      `json:"topology"` // standalone, sentinel or cluster
+	Server     string      `json:"server"`   // redis or valkey
+	Version    string      `json:"version"`
+	User       string      `json:"user"`
+	Checks     []Check     `json:"checks"`
+	Guarantees []Guarantee `json:"guarantees"`
+}
+
+// Failed reports whether any check is FAIL.
+func (r *Report) Failed() bool {
+	return slices.ContainsFunc(r.Checks, func(c Check) bool { return c.Status == Fail })
+}
+
+// Count returns how many checks have status s.
+func (r *Report) Count(s Status) int {
+	n := 0
+	for _, c := range r.Checks {
+		if c.Status == s {
+			n++
+		}
+	}
+	return n
+}
+
+// Primitive names, as --primitives takes them.
+const (
+	FencedLock   = "fenced-lock"
+	Waiting      = "waiting"
+	HashLease    = "hash-lease"
+	RWLease      = "rw-lease"
+	Semaphore    = "semaphore"
+	Latch        = "latch"
+	RateLimiters = "rate-limiters"
+	Redlock      = "redlock"
+)
+
+// Primitives lists every primitive preflight knows, in report order.
+func Primitives() []string {
+	return []string{FencedLock, Waiting, HashLease, RWLease, Semaphore, Latch, RateLimiters, Redlock}
+}
+
+// ErrUsage marks bad options (no address, an unknown primitive).
+var ErrUsage = errors.New("preflight: bad options")
+
+// ErrConnect marks a deployment that could not be reached.
+var ErrConnect = errors.New("preflight: cannot reach the deployment")
+
+// Options says what to check and how to connect.
+type Options struct {
+	// Addrs: one address (standalone, or a cluster's endpoint with Cluster),
+	// several for a cluster, or the sentinels' with MasterName.
+	Addrs      []string
+	MasterName string
+	Cluster    bool
+	Username   string
+	Password   string
+	TLS        bool
+	// Primitives restricts the per-primitive checks to the ones a service uses
+	// (default: all). An evicting policy is a FAIL only when fenced-lock is
+	// among them.
+	Primitives []string
+	// Key is a key of the service's, so the ACL checks match the user's key
+	// patterns (default "coordtorture:preflight"); derived keys append ":…".
+	Key string
+	// ClockWarn: a client-versus-server clock offset above it is a WARN
+	// (default 100ms).
+	ClockWarn time.Duration
+	// Timeout bounds each command (default 2s).
+	Timeout time.Duration
+	// WriteProbe also runs each primitive in use once, through prim, on keys
+	// under a random "coordtorture:preflight:probe:…:" prefix, and deletes
+	// them afterwards: the only mode that writes.
+	WriteProbe bool
+	// Dialer, when set, opens every connection (the tests' source addresses;
+	// a proxy).
+	Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
+}
+
+// Run checks the deployment. The error matches ErrUsage or ErrConnect; a
+// deployment that answers always gives a report.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	if len(o.Addrs) == 0 || slices.Contains(o.Addrs, "") {
+		return nil, fmt.Errorf("%w: no address", ErrUsage)
+	}
+	if o.MasterName != "" && o.Cluster {
+		return nil, fmt.Errorf("%w: --master-name and --cluster exclude each other", ErrUsage)
+	}
+	if len(o.Primitives) == 0 {
+		o.Primitives = Primitives()
+	}
+	for _, p := range o.Primitives {
+		if !slices.Contains(Primitives(), p) {
+			return nil, fmt.Errorf("%w: unknown primitive %q (%s)", ErrUsage, p, strings.Join(Primitives(), ", "))
+		}
+	}
+	if o.Key == "" {
+		o.Key = "coordtorture:preflight"
+	}
+	if o.ClockWarn <= 0 {
+		o.ClockWarn = 100 * time.Millisecond
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 2 * time.Second
+	}
+	p := &run{o: o, r: &Report{Target: strings.Join(o.Addrs, ","), Topology: "standalone"}}
+	if err := p.connect(ctx); err != nil {
+		return nil, err
+	}
+	defer p.close()
+	p.checkAll(ctx)
+	return p.r, nil
+}
+
+type run struct {
+	o      Options
+	r      *Report
+	client redis.UniversalClient
+	nodes  []*redis.Client // the primaries
+	caps   caps
+	facts  facts
+}
+
+// caps is what the server answered to the fast commands.
+type caps struct {
+	lua, tracking, hfe, delex, setIfeq, increx tristate
+}
+
+// facts are what the guarantees are decided from.
+type facts struct {
+	evicting, evictingNoLimit bool
+	noPersistence, rdbOnly    bool
+	replicas                  int
+	aclKillDenied             bool
+	memUnknown, diskUnknown   bool // the policy or the persistence could not be read
+	replUnknown               bool // the replication could not be read
+	aclChecked                bool
+	waitDenied                bool
+}
+
+// tristate: a capability present, absent, or not known (the probe was refused
+// or failed).
+type tristate int
+
+const (
+	unknown tristate = iota
+	present
+	absent
+)
+
+func (p *run) uses(prim string) bool { return slices.Contains(p.o.Primitives, prim) }
+
+func (p *run) add(c Check) { p.r.Checks = append(p.r.Checks, c) }
+
+func (p *run) connect(ctx context.Context) error {
+	uo := &redis.UniversalOptions{Addrs: p.o.Addrs, MasterName: p.o.MasterName, IsClusterMode: p.o.Cluster,
+		Username: p.o.Username, Password: p.o.Password, DialTimeout: p.o.Timeout, ReadTimeout: p.o.Timeout,
+		WriteTimeout: p.o.Timeout, DisableIdentity: true, Dialer: p.o.Dialer}
+	if p.o.TLS {
+		uo.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	switch {
+	case p.o.MasterName != "":
+		p.r.Topology = "sentinel"
+		fc := redis.NewFailoverClient(uo.Failover())
+		p.client, p.nodes = fc, []*redis.Client{fc}
+	case p.o.Cluster || len(p.o.Addrs) > 1:
+		p.r.Topology = "cluster"
+		p.client = redis.NewClusterClient(uo.Cluster())
+	default:
+		c := redis.NewClient(uo.Simple())
+		p.client, p.nodes = c, []*redis.Client{c}
+	}
+	cctx, cancel := context.WithTimeout(ctx, 2*p.o.Timeout+time.Second)
+	defer cancel()
+	if err := p.client.Ping(cctx).Err(); err != nil {
+		p.client.Close()
+		return fmt.Errorf("%w %s: %v", ErrConnect, p.r.Target, err)
+	}
+	if cc, ok := p.client.(*redis.ClusterClient); ok {
+		var mu sync.Mutex
+		err := cc.ForEachMaster(cctx, func(_ context.Context, n *redis.Client) error {
+			mu.Lock()
+			defer mu.Unlock()
+			p.nodes = append(p.nodes, n)
+			return nil
+		})
+		if err != nil || len(p.nodes) == 0 {
+			p.client.Close()
+			return fmt.Errorf("%w %s: no primary: %v", ErrConnect, p.r.Target, err)
+		}
+		slices.SortFunc(p.nodes, func(a, b *redis.Client) int { return strings.Compare(a.Options().Addr, b.Options().Addr) })
+	}
+	return nil
+}
+
+func (p *run) close() { p.client.Close() }
+
+func (p *run) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, p.o.Timeout)
+}
+
+// label suffixes a per-node check's name with the node when there are several.
+func (p *run) label(name string, n *redis.Client) string {
+	if len(p.nodes) > 1 {
+		return name + " [" + n.Options().Addr + "]"
+	}
+	return name
+}
+
+func (p *run) checkAll(ctx context.Context) {
+	p.checkServer(ctx)
+	p.probeCaps(ctx)
+	p.checkPrimitives()
+	for _, n := range p.nodes {
+		p.checkMemory(ctx, n)
+	}
+	for _, n := range p.nodes {
+		p.checkPersistence(ctx, n)
+	}
+	for _, n := range p.nodes {
+		p.checkReplication(ctx, n)
+	}
+	switch p.r.Topology {
+	case "sentinel":
+		p.checkSentinels(ctx)
+	case "cluster":
+		p.checkCluster(ctx)
+	}
+	for _, n := range p.nodes {
+		p.checkClock(ctx, n)
+	}
+	p.checkLimits(ctx)
+	p.checkACL(ctx)
+	if p.o.WriteProbe {
+		p.writeProbe(ctx)
+	}
+	p.guarantees()
+}
+
+// info returns INFO section as a map.
+func info(ctx context.Context, c *redis.Client, section string) (map[string]string, error) {
+	s, err := c.Info(ctx, section).Result()
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]string{}
+	for _, l := range strings.Split(s, "\n") {
+		l = strings.TrimSpace(l)
+		if k, v, ok := strings.Cut(l, ":"); ok && !strings.HasPrefix(l, "#") {
+			m[k] = v
+		}
+	}
+	return m, nil
+}
+
+// config returns one CONFIG GET value; ok is false when it cannot be read
+// (an ACL refusal, a managed service that renamed CONFIG, an unknown name).
+func config(ctx context.Context, c *redis.Client, name string) (string, bool) {
+	m, err := c.ConfigGet(ctx, name).Result()
+	if err != nil {
+		return "", false
+	}
+	v, ok := m[name]
+	return v, ok
+}
+
+func (p *run) checkServer(ctx context.Context) {
+	c := p.nodes[0]
+	cctx, cancel := p.ctx(ctx)
+	defer cancel()
+	m, err := info(cctx, c, "server")
+	if err != nil {
+		p.add(Check{Name: "server", Status: Warn, Reason: "INFO server refused: " + err.Error(), Fix: "allow INFO for this user (+info)"})
+		return
+	}
+	p.r.Server, p.r.Version = "redis", m["redis_version"]
+	if v := m["valkey_version"]; v != "" || m["server_name"] == "valkey" {
+		p.r.Server = "valkey"
+		if v != "" {
+			p.r.Version = v
+		}
+	}
+	if u, err := c.Do(cctx, "ACL", "WHOAMI").Text(); err == nil {
+		p.r.User = u
+	} else if p.o.Username != "" {
+		p.r.User = p.o.Username
+	} else {
+		p.r.User = "default"
+	}
+	major, minor := versionOf(p.r.Version)
+	floor := 7
+	if p.r.Server == "valkey" {
+		floor = 8
+	}
+	desc := fmt.Sprintf("%s %s, %s", p.r.Server, p.r.Version, p.r.Topology)
+	if len(p.nodes) > 1 {
+		desc += fmt.Sprintf(" (%d primaries)", len(p.nodes))
+	}
+	for _, other := range p.nodes[1:] {
+		if m2, err := info(cctx, other, "server"); err == nil {
+			v2 := m2["redis_version"]
+			if m2["valkey_version"] != "" {
+				v2 = m2["valkey_version"]
+			}
+			if v2 != p.r.Version {
+				p.add(Check{Name: "server", Status: Warn, Reason: desc + ": mixed versions (" + other.Options().Addr + " runs " + v2 + "); the capability lines are the first node's",
+					Fix: "finish the upgrade: prim learns each node's commands, preflight asks one"})
+				return
+			}
+		}
+	}
+	if major < floor {
+		p.add(Check{Name: "server", Status: Fail, Reason: desc + fmt.Sprintf(": prim needs Redis 7.0+ or Valkey 8+ (found %d.%d)", major, minor),
+			Fix: "upgrade the server"})
+		return
+	}
+	p.add(Check{Name: "server", Status: OK, Reason: desc})
+}
+
+func versionOf(v string) (major, minor int) {
+	parts := strings.SplitN(v, ".", 3)
+	major, _ = strconv.Atoi(parts[0])
+	if len(parts) > 1 {
+		minor, _ = strconv.Atoi(parts[1])
+	}
+	return major, minor
+}
+
+// lacks is prim's rule: "ERR unknown command" is the only evidence that a
+// command is absent, and "ERR syntax error" for SET's IFEQ option.
+func lacks(err error, setOption bool) bool {
+	var re redis.Error
+	if err == nil || !errors.As(err, &re) {
+		return false
+	}
+	if strings.HasPrefix(re.Error(), "ERR unknown command") {
+		return true
+	}
+	return setOption && re.Error() == "ERR syntax error"
+}
+
+func noperm(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "NOPERM") }
+
+// judge turns a probe's answer into a tristate: any answer but "unknown
+// command" (or an ACL refusal, or a lost reply) means the command exists.
+func judge(err error, setOption bool) (tristate, string) {
+	switch {
+	case err == nil || errors.Is(err, redis.Nil):
+		return present, ""
+	case lacks(err, setOption):
+		msg, _, _ := strings.Cut(err.Error(), ", with args") // the key is random: not worth showing
+		return absent, msg
+	case noperm(err):
+		return unknown, "refused by ACL: " + err.Error()
+	}
+	var re redis.Error
+	if errors.As(err, &re) {
+		return present, "" // the server knows it: it answered about the arguments
+	}
+	return unknown, err.Error()
+}
+
+func randomHex() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// probeCaps asks the server, as prim does, with commands that cannot write.
+func (p *run) probeCaps(ctx context.Context) {
+	// Seven probes, each bounded by the client's read timeout (Timeout).
+	cctx, cancel := context.WithTimeout(ctx, 8*p.o.Timeout)
+	defer cancel()
+	key := "coordtorture:preflight:probe:" + randomHex() // does not exist
+	token := randomHex()
+	var why string
+
+	// Lua and TIME (the rw leases, semaphores and rate limiters read the
+	// server's clock inside their scripts; effects replication is what lets
+	// a script write after TIME, always on in Redis 7+ and Valkey).
+	err := p.client.Eval(cctx, "return redis.call('TIME')", nil).Err()
+	p.caps.lua, why = judge(err, false)
+	if err != nil && p.caps.lua == present {
+		p.caps.lua, why = absent, err.Error() // a script error: scripting is unusable
+	}
+	p.capLine("lua+time", p.caps.lua, why, "EVAL of a script calling TIME works (effects replication: writes after TIME are allowed)",
+		"scripting must be enabled (every primitive runs Lua scripts)")
+
+	// CLIENT TRACKING with REDIRECT, on two connections of their own.
+	p.caps.tracking, why = p.probeTracking(cctx)
+	p.capLine("client-tracking", p.caps.tracking, why, "CLIENT TRACKING ON REDIRECT works: waiters wake on invalidations",
+		"waiting acquisitions and latch waits fall back to polling")
+
+	// Hash-field expiry: HPTTL of a field of a key that does not exist.
+	err = p.client.Do(cctx, "HPTTL", key, "FIELDS", 1, "f").Err()
+	p.caps.hfe, why = judge(err, false)
+	p.capLine("hash-field-expiry", p.caps.hfe, why, "HPTTL/HPEXPIRE exist (Redis 7.4+, Valkey 9+)",
+		"hash-field leases need Redis 7.4+ or Valkey 9+ (ErrFeatureUnsupported)")
+
+	// DELEX key IFEQ random: no key, so nothing can be deleted.
+	err = p.client.Do(cctx, "DELEX", key, "IFEQ", token).Err()
+	p.caps.delex, why = judge(err, false)
+	p.capLine("delex", p.caps.delex, why, "DELEX … IFEQ exists: releases are one command",
+		"releases use the release script (same guarantees, more server work)")
+
+	// SET key v IFEQ random PX: never creates a missing key.
+	err = p.client.Do(cctx, "SET", key, token, "IFEQ", token+"x", "PX", 1000).Err()
+	p.caps.setIfeq, why = judge(err, true)
+	p.capLine("set-ifeq", p.caps.setIfeq, why, "SET … IFEQ … PX exists: renewals are one command",
+		"renewals use the renewal script (same guarantees, more server work)")
+
+	// INCREX: the command itself could create its key, so the server's
+	// command table answers instead (COMMAND INFO: an empty entry when absent).
+	v, err := p.client.Do(cctx, "COMMAND", "INFO", "INCREX").Slice()
+	switch {
+	case err != nil:
+		p.caps.increx, why = unknown, err.Error()
+	case len(v) == 0 || v[0] == nil:
+		p.caps.increx, why = absent, "COMMAND INFO INCREX: no such command"
+	default:
+		p.caps.increx = present
+	}
+	p.capLine("increx", p.caps.increx, why, "INCREX exists (Redis 8.8+): the fixed window is one command",
+		"the fixed-window limiter uses its script (same guarantees)")
+}
+
+// capLine adds a capability line: absent fast paths are OK (prim falls back),
+// absent needs are settled by the primitive lines.
+func (p *run) capLine(name string, t tristate, why, yes, no string) {
+	switch t {
+	case present:
+		p.add(Check{Name: "capability/" + name, Status: OK, Reason: yes})
+	case absent:
+		p.add(Check{Name: "capability/" + name, Status: OK, Reason: "absent (" + why + "): " + no})
+	default:
+		p.add(Check{Name: "capability/" + name, Status: Warn, Reason: "could not be probed: " + why,
+			Fix: "allow the command for this user, or check it by hand"})
+	}
+}
+
+func (p *run) probeTracking(ctx context.Context) (tristate, string) {
+	var c *redis.Client
+	if len(p.nodes) > 0 {
+		c = p.nodes[0]
+	}
+	if c == nil {
+		return unknown, "no node"
+	}
+	target := c.Conn()
+	defer target.Close()
+	id, err := target.ClientID(ctx).Result()
+	if err != nil {
+		t, why := judge(err, false)
+		if t == present {
+			t = unknown
+		}
+		return t, "CLIENT ID: " + why
+	}
+	tr := c.Conn()
+	defer tr.Close()
+	err = tr.Do(ctx, "CLIENT", "TRACKING", "ON", "REDIRECT", id).Err()
+	if err == nil {
+		_ = tr.Do(ctx, "CLIENT", "TRACKING", "OFF").Err()
+		return present, ""
+	}
+	if noperm(err) {
+		return unknown, "refused by ACL: " + err.Error()
+	}
+	var re redis.Error
+	if errors.As(err, &re) {
+		return absent, err.Error() // unknown subcommand, or tracking refused
+	}
+	return unknown, err.Error()
+}
+
+// checkPrimitives says, per primitive in use, whether what it needs exists.
+func (p *run) checkPrimitives() {
+	need := func(prim string, reqs ...struct {
+		t    tristate
+		what string
+		soft bool // WARN: the primitive works without, degraded
+	}) {
+		if !p.uses(prim) {
+			return
+		}
+		st, var_ := OK, []string{}
+		fix := ""
+		for _, r := range reqs {
+			switch r.t {
+			case absent:
+				if r.soft {
+					st = worse(st, Warn)
+				} else {
+					st = Fail
+				}
+				var_ = append(var_, r.what+" missing")
+				if fix == "" {
+					switch {
+					case r.soft:
+						fix = "a server with CLIENT TRACKING (Redis 6+, Valkey): without it waiting polls"
+					case r.t == p.caps.hfe && r.what == "hash-field expiry":
+						fix = "upgrade to Redis 7.4+ or Valkey 9+, or leave hash-lease out of --primitives"
+					default:
+						fix = "enable Lua scripting (EVAL, EVALSHA)"
+					}
+				}
+			case unknown:
+				st = worse(st, Warn)
+				var_ = append(var_, r.what+" not checked")
+				if fix == "" {
+					fix = "allow the probe commands for this user"
+				}
+			}
+		}
+		if len(var_) == 0 {
+			names := make([]string, len(reqs))
+			for i, r := range reqs {
+				names[i] = r.what
+			}
+			p.add(Check{Name: "primitive/" + prim, Status: OK, Reason: "has what it needs: " + strings.Join(names, ", ")})
+			return
+		}
+		p.add(Check{Name: "primitive/" + prim, Status: st, Reason: strings.Join(var_, "; "), Fix: fix})
+	}
+	type req = struct {
+		t    tristate
+		what string
+		soft bool
+	}
+	lua := req{p.caps.lua, "Lua", false}
+	luaTime := req{p.caps.lua, "Lua+TIME", false}
+	need(FencedLock, lua)
+	need(Waiting, lua, req{p.caps.tracking, "CLIENT TRACKING", true})
+	need(HashLease, lua, req{p.caps.hfe, "hash-field expiry", false})
+	need(RWLease, luaTime)
+	need(Semaphore, luaTime)
+	need(Latch, lua, req{p.caps.tracking, "CLIENT TRACKING (Wait)", true})
+	need(RateLimiters, luaTime)
+	need(Redlock, lua)
+	if p.uses(Redlock) {
+		if c := &p.r.Checks[len(p.r.Checks)-1]; c.Name == "primitive/"+Redlock && c.Status == OK {
+			c.Reason += " (a Redlock spans three or more independent deployments: run preflight on each)"
+		}
+	}
+}
+
+func worse(a, b Status) Status {
+	rank := map[Status]int{OK: 0, Warn: 1, Fail: 2}
+	if rank[b] > rank[a] {
+		return b
+	}
+	return a
+}
+
+func isEvicting(policy string) bool { return policy != "" && policy != "noeviction" }
+
+func (p *run) checkMemory(ctx context.Context, n *redis.Client) {
+	cctx, cancel := p.ctx(ctx)
+	defer cancel()
+	m, err := info(cctx, n, "memory")
+	if err != nil {
+		p.facts.memUnknown = true
+		p.add(Check{Name: p.label("maxmemory-policy", n), Status: Warn, Reason: "INFO memory refused: " + err.Error(), Fix: "allow INFO for this user"})
+		return
+	}
+	policy, limit := m["maxmemory_policy"], m["maxmemory"]
+	if policy == "" {
+		policy, _ = config(cctx, n, "maxmemory-policy")
+	}
+	name := p.label("maxmemory-policy", n)
+	switch {
+	case policy == "":
+		p.facts.memUnknown = true
+		p.add(Check{Name: name, Status: Warn, Reason: "could not read the eviction policy", Fix: "check maxmemory-policy is noeviction by hand"})
+	case !isEvicting(policy):
+		p.add(Check{Name: name, Status: OK, Reason: "noeviction: nothing is evicted (writes fail with OOM when memory is full)"})
+	case limit == "0":
+		p.facts.evictingNoLimit = true
+		p.add(Check{Name: name, Status: Warn, Reason: policy + " with no maxmemory: evicting as soon as a limit is set",
+			Fix: "set maxmemory-policy noeviction", Scenario: "fenced-lock/eviction"})
+	default:
+		p.facts.evicting = true
+		st := Warn
+		reason := policy + ": eviction can drop leases, permits and limiter state"
+		if p.uses(FencedLock) {
+			st = Fail
+			reason = policy + ": eviction can drop fencing counters (tokens regress) and leases"
+		}
+		p.add(Check{Name: name, Status: st, Reason: reason, Fix: "set maxmemory-policy noeviction (or keep coordination keys on a non-evicting deployment)",
+			Scenario: "fenced-lock/eviction"})
+	}
+}
+
+func (p *run) checkPersistence(ctx context.Context, n *redis.Client) {
+	cctx, cancel := p.ctx(ctx)
+	defer cancel()
+	name := p.label("persistence", n)
+	m, err := info(cctx, n, "persistence")
+	if err != nil {
+		p.facts.diskUnknown = true
+		p.add(Check{Name: name, Status: Warn, Reason: "INFO persistence refused: " + err.Error(), Fix: "allow INFO for this user"})
+		return
+	}
+	aof := m["aof_enabled"] == "1"
+	fsync, fsyncKnown := config(cctx, n, "appendfsync")
+	save, saveKnown := config(cctx, n, "save")
+	switch {
+	case aof && fsyncKnown && fsync == "no":
+		p.add(Check{Name: name, Status: Warn, Reason: "appendonly yes, appendfsync no: a crash of the machine loses what the OS had not flushed",
+			Fix: "appendfsync everysec (or always)", Scenario: "fenced-lock/kill-restart-noaof"})
+	case aof && fsyncKnown:
+		p.add(Check{Name: name, Status: OK, Reason: "appendonly yes, appendfsync " + fsync})
+	case aof:
+		p.add(Check{Name: name, Status: OK, Reason: "appendonly yes (appendfsync could not be read: CONFIG GET refused)"})
+	case saveKnown && strings.TrimSpace(save) != "":
+		p.facts.rdbOnly = true
+		p.add(Check{Name: name, Status: Warn, Reason: "RDB snapshots only (save " + save + "): a restart loses the writes since the last snapshot; tokens may regress",
+			Fix: "appendonly yes, appendfsync everysec or always", Scenario: "fenced-lock/kill-restart-noaof"})
+	default:
+		p.facts.noPersistence = true
+		p.add(Check{Name: name, Status: Warn, Reason: "no persistence (appendonly no, no snapshots): a restart empties the dataset; tokens may regress",
+			Fix: "appendonly yes, appendfsync everysec or always", Scenario: "fenced-lock/kill-restart-noaof"})
+	}
+}
+
+func (p *run) failoverScenario() string {
+	if p.r.Topology == "cluster" {
+		return "fenced-lock/failover-cluster-force"
+	}
+	return "fenced-lock/failover-forced"
+}
+
+func (p *run) checkReplication(ctx context.Context, n *redis.Client) {
+	cctx, cancel := p.ctx(ctx)
+	defer cancel()
+	name := p.label("replication", n)
+	m, err := info(cctx, n, "replication")
+	if err != nil {
+		p.facts.replUnknown = true
+		p.add(Check{Name: name, Status: Warn, Reason: "INFO replication refused: " + err.Error(), Fix: "allow INFO for this user"})
+		return
+	}
+	if m["role"] != "master" {
+		p.add(Check{Name: name, Status: Fail, Reason: "connected to a " + m["role"] + ": writes are refused (READONLY)",
+			Fix: "point --addr at the primary, or use --master-name / --cluster"})
+		return
+	}
+	replicas, _ := strconv.Atoi(m["connected_slaves"])
+	p.facts.replicas += replicas
+	minRepl, minKnown := config(cctx, n, "min-replicas-to-write")
+	maxLag := int64(-1)
+	for i := 0; i < replicas; i++ {
+		for _, f := range strings.Split(m["slave"+strconv.Itoa(i)], ",") {
+			if v, ok := strings.CutPrefix(f, "lag="); ok {
+				if l, err := strconv.ParseInt(v, 10, 64); err == nil && l > maxLag {
+					maxLag = l
+				}
+			}
+		}
+	}
+	if replicas == 0 {
+		st, fix := OK, ""
+		reason := "primary with no replicas: no failover can lose writes (a lost server is downtime)"
+		if p.r.Topology != "standalone" {
+			st, fix = Warn, "start replicas: a failover needs one"
+			reason = "primary with no connected replica: a failover has nothing to promote"
+		}
+		p.add(Check{Name: name, Status: st, Reason: reason, Fix: fix})
+		return
+	}
+	desc := fmt.Sprintf("primary, %d replica(s), max lag %ds, min-replicas-to-write %s", replicas, max(maxLag, 0), orUnknown(minRepl, minKnown))
+	switch {
+	case maxLag > 1:
+		p.add(Check{Name: name, Status: Warn, Reason: desc + ": replicas lag; a failover now loses more", Fix: "find why the replicas lag (network, load)", Scenario: p.failoverScenario()})
+	case minKnown && minRepl == "0":
+		p.add(Check{Name: name, Status: Warn, Reason: desc + ": asynchronous replication; a failover can lose the last tokens and leases",
+			Fix: "min-replicas-to-write 1 (min-replicas-max-lag 10) narrows the window; only fencing at the resource closes it", Scenario: p.failoverScenario()})
+	default:
+		p.add(Check{Name: name, Status: OK, Reason: desc + " (replication stays asynchronous: see the summary)", Scenario: p.failoverScenario()})
+	}
+}
+
+func orUnknown(v string, ok bool) string {
+	if !ok {
+		return "unknown"
+	}
+	return v
+}
+
+func (p *run) checkSentinels(ctx context.Context) {
+	reachable, known, quorumOK := 0, 0, 0
+	var errs []string
+	for _, a := range p.o.Addrs {
+		so := &redis.Options{Addr: a, Username: p.o.Username, Password: p.o.Password, DialTimeout: p.o.Timeout,
+			ReadTimeout: p.o.Timeout, WriteTimeout: p.o.Timeout, DisableIdentity: true, Dialer: p.o.Dialer}
+		if p.o.TLS {
+			so.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+		s := redis.NewSentinelClient(so)
+		cctx, cancel := p.ctx(ctx)
+		if err := s.Ping(cctx).Err(); err != nil {
+			errs = append(errs, a+": "+err.Error())
+			cancel()
+			s.Close()
+			continue
+		}
+		reachable++
+		if _, err := s.GetMasterAddrByName(cctx, p.o.MasterName).Result(); err == nil {
+			known++
+		} else {
+			errs = append(errs, a+": master unknown: "+err.Error())
+		}
+		if err := s.CkQuorum(cctx, p.o.MasterName).Err(); err == nil {
+			quorumOK++
+		} else {
+			errs = append(errs, a+": CKQUORUM: "+err.Error())
+		}
+		cancel()
+		s.Close()
+	}
+	n := len(p.o.Addrs)
+	desc := fmt.Sprintf("%d/%d sentinels reachable, %d know %q, CKQUORUM OK on %d", reachable, n, known, p.o.MasterName, quorumOK)
+	switch {
+	case known == 0 || quorumOK == 0:
+		p.add(Check{Name: "sentinel", Status: Fail, Reason: desc + ": " + strings.Join(errs, "; "), Fix: "fix the sentinels: no failover can be authorized"})
+	case reachable < n || known < reachable || quorumOK < reachable:
+		p.add(Check{Name: "sentinel", Status: Warn, Reason: desc + ": " + strings.Join(errs, "; "), Fix: "bring every sentinel back"})
+	case n < 3:
+		p.add(Check{Name: "sentinel", Status: Warn, Reason: desc + ": fewer than 3 sentinels", Fix: "run at least 3 sentinels on separate machines"})
+	default:
+		p.add(Check{Name: "sentinel", Status: OK, Reason: desc})
+	}
+}
+
+func (p *run) checkCluster(ctx context.Context) {
+	cctx, cancel := p.ctx(ctx)
+	defer cancel()
+	s, err := p.nodes[0].ClusterInfo(cctx).Result()
+	if err != nil {
+		p.add(Check{Name: "cluster", Status: Warn, Reason: "CLUSTER INFO refused: " + err.Error(), Fix: "allow CLUSTER INFO for this user"})
+		return
+	}
+	m := map[string]string{}
+	for _, l := range strings.Split(s, "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(l), ":"); ok {
+			m[k] = v
+		}
+	}
+	desc := fmt.Sprintf("cluster_state %s, %s/16384 slots assigned, %s ok, %s pfail, %s fail, %s known nodes",
+		m["cluster_state"], m["cluster_slots_assigned"], m["cluster_slots_ok"], m["cluster_slots_pfail"], m["cluster_slots_fail"], m["cluster_known_nodes"])
+	switch {
+	case m["cluster_state"] != "ok" || m["cluster_slots_assigned"] != "16384" || m["cluster_slots_ok"] != "16384":
+		p.add(Check{Name: "cluster", Status: Fail, Reason: desc + ": not every slot is served", Fix: "assign and heal every slot (CLUSTER ADDSLOTS, or fix the failed nodes)"})
+	default:
+		p.add(Check{Name: "cluster", Status: OK, Reason: desc + ": every slot covered"})
+	}
+}
+
+func (p *run) checkClock(ctx context.Context, n *redis.Client) {
+	cctx, cancel := p.ctx(ctx)
+	defer cancel()
+	name := p.label("clock", n)
+	t0 := time.Now()
+	st, err := n.Time(cctx).Result()
+	t1 := time.Now()
+	if err != nil {
+		p.add(Check{Name: name, Status: Warn, Reason: "TIME refused: " + err.Error(), Fix: "allow TIME for this user"})
+		return
+	}
+	mid := t0.Add(t1.Sub(t0) / 2)
+	off := st.Sub(mid)
+	abs := max(off, -off)
+	desc := fmt.Sprintf("server clock %+dms from this client's (±%dms)", off.Milliseconds(), (t1.Sub(t0) / 2).Milliseconds())
+	if abs > p.o.ClockWarn {
+		p.add(Check{Name: name, Status: Warn, Reason: desc + fmt.Sprintf(": above %v; the server decides expiry and rate windows, the client estimates them",
+			p.o.ClockWarn), Fix: "synchronize both clocks (NTP/chrony)", Scenario: "fenced-lock/clock-skew"})
+		return
+	}
+	p.add(Check{Name: name, Status: OK, Reason: desc})
+}
+
+func (p *run) checkLimits(ctx context.Context) {
+	cctx, cancel := p.ctx(ctx)
+	defer cancel()
+	n := p.nodes[0]
+	if v, ok := config(cctx, n, "tracking-table-max-keys"); !ok {
+		p.add(Check{Name: "tracking-table-max-keys", Status: Warn, Reason: "could not be read (CONFIG GET refused)", Fix: "check it by hand: 0 or at least 100000"})
+	} else if k, _ := strconv.Atoi(v); k != 0 && k < 100000 {
+		p.add(Check{Name: "tracking-table-max-keys", Status: Warn, Reason: v + ": a full table evicts tracked keys, waking waiters for nothing (more traffic, no lost wake-up)",
+			Fix: "tracking-table-max-keys 1000000 (the default) or 0", Scenario: "waiting-lock/lost-notifications"})
+	} else {
+		p.add(Check{Name: "tracking-table-max-keys", Status: OK, Reason: v})
+	}
+	name, v, ok := "busy-reply-threshold", "", false
+	if v, ok = config(cctx, n, name); !ok {
+		name = "lua-time-limit"
+		v, ok = config(cctx, n, name)
+	}
+	ms, _ := strconv.Atoi(v)
+	switch {
+	case !ok:
+		p.add(Check{Name: "busy-reply-threshold", Status: Warn, Reason: "could not be read (CONFIG GET refused)", Fix: "check busy-reply-threshold (lua-time-limit) by hand: 5000 is the default"})
+	case ms <= 0 || ms > 10000:
+		p.add(Check{Name: name, Status: Warn, Reason: v + "ms: a runaway script blocks the server that long before BUSY",
+			Fix: "busy-reply-threshold 5000 (the default)"})
+	default:
+		p.add(Check{Name: name, Status: OK, Reason: v + "ms (prim's scripts run in microseconds)"})
+	}
+}

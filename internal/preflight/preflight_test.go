@@ -1,0 +1,445 @@
+package preflight
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordtorture/coordtorture/testbed"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden")
+
+// build is the one build the package's tests run on, even on the whole
+// matrix (preflight reads configuration; the builds differ in what the
+// capability lines say, which the golden files per build cover): the
+// default build when the matrix has it, else the matrix's first.
+func build() string {
+	m := testbed.Matrix()
+	if slices.Contains(m, testbed.DefaultBuild) {
+		return testbed.DefaultBuild
+	}
+	return m[0]
+}
+
+func find(t *testing.T, r *Report, name string) Check {
+	t.Helper()
+	for _, c := range r.Checks {
+		if c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("no check %q in:\n%s", name, text(r))
+	return Check{}
+}
+
+func text(r *Report) string {
+	var b bytes.Buffer
+	_ = r.WriteText(&b)
+	return b.String()
+}
+
+func guarantee(t *testing.T, r *Report, scenario string) Guarantee {
+	t.Helper()
+	for _, g := range r.Guarantees {
+		if g.Scenario == scenario {
+			return g
+		}
+	}
+	t.Fatalf("no guarantee tied to %s:\n%s", scenario, text(r))
+	return Guarantee{}
+}
+
+// dialer is the testbed's: its proxies take connections from the test's
+// source address only.
+func dialer(t *testing.T, topo *testbed.Topology) func(context.Context, string, string) (net.Conn, error) {
+	t.Helper()
+	c, err := topo.NodeClient(topo.Nodes()[0].Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.Options().Dialer
+}
+
+func runOK(t *testing.T, o Options) *Report {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r, err := Run(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// state is what a write would change: the keys, DBSIZE, INFO keyspace and
+// the count of changes since the last save (every write counts).
+func state(t *testing.T, c *redis.Client) string {
+	t.Helper()
+	ctx := context.Background()
+	keys, err := c.Keys(ctx, "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(keys)
+	n, err := c.DBSize(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ks, err := c.Info(ctx, "keyspace").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := info(ctx, c, "persistence")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(keys, ",") + "|" + strings.TrimSpace(ks) + "|" + m["rdb_changes_since_last_save"] + "|" + strconv.FormatInt(n, 10)
+}
+
+var (
+	reAddr    = regexp.MustCompile(`127\.0\.0\.1:\d+`)
+	reVersion = regexp.MustCompile(`(redis|valkey) \d+\.\d+\.\d+`)
+	reClock   = regexp.MustCompile(`[+-]\d+ms from this client's \(±\d+ms\)`)
+)
+
+func normalize(s string) string {
+	s = reAddr.ReplaceAllString(s, "ADDR")
+	s = reVersion.ReplaceAllString(s, "$1 VERSION")
+	return reClock.ReplaceAllString(s, "Nms from this client's (±Nms)")
+}
+
+// TestWellConfigured: AOF with appendfsync always and noeviction on a
+// standalone server give no FAIL, the golden human output, and nothing is
+// written: the keys, DBSIZE, INFO keyspace and the server's count of
+// changes are what they were.
+func TestWellConfigured(t *testing.T) {
+	b := build()
+	topo := testbed.Standalone(t, b, testbed.WithAOF(true))
+	admin := topo.Node("n1").Admin()
+	ctx := context.Background()
+	if err := admin.Set(ctx, "users-own-key", "keep", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.HSet(ctx, "users-hash", "f", "v").Err(); err != nil {
+		t.Fatal(err)
+	}
+	before := state(t, admin)
+	r := runOK(t, Options{Addrs: []string{topo.Node("n1").Addr}, Dialer: dialer(t, topo)})
+	if after := state(t, admin); after != before {
+		t.Errorf("preflight wrote: before %q, after %q", before, after)
+	}
+	out := text(r)
+	// The one FAIL a build may have: no hash-field expiry (Redis before
+	// 7.4, Valkey before 9), for hash-field leases.
+	noHFE := strings.Contains(find(t, r, "capability/hash-field-expiry").Reason, "absent (ERR unknown command")
+	for _, c := range r.Checks {
+		if c.Status == Fail && (!noHFE || c.Name != "primitive/hash-lease") {
+			t.Errorf("a FAIL on a well-configured server: %+v\n%s", c, out)
+		}
+	}
+	if want := map[bool]int{false: 0, true: 1}[noHFE]; r.ExitStatus() != want {
+		t.Errorf("exit status %d, want %d", r.ExitStatus(), want)
+	}
+	if c := find(t, r, "persistence"); c.Status != OK || !strings.Contains(c.Reason, "appendfsync always") {
+		t.Errorf("persistence: %+v", c)
+	}
+	if c := find(t, r, "maxmemory-policy"); c.Status != OK {
+		t.Errorf("maxmemory-policy: %+v", c)
+	}
+	if g := guarantee(t, r, "fenced-lock/kill-restart-noaof"); !g.Holds {
+		t.Errorf("restart guarantee: %+v", g)
+	}
+
+	var js bytes.Buffer
+	var back Report
+	if err := r.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(js.Bytes(), &back); err != nil || len(back.Checks) != len(r.Checks) || back.Checks[0].Name != "server" ||
+		len(back.Guarantees) != len(r.Guarantees) || !strings.Contains(js.String(), `"status": "OK"`) {
+		t.Errorf("JSON does not round-trip: %v\n%s", err, js.String())
+	}
+
+	golden := filepath.Join("testdata", "standalone-"+b+".golden")
+	got := normalize(out)
+	if *update {
+		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (go test -run TestWellConfigured -update writes it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("human output differs from %s (-update rewrites it):\n--- got\n%s\n--- want\n%s", golden, got, want)
+	}
+}
+
+// TestMisconfigured: on one server, an evicting policy is a FAIL naming
+// fenced-lock/eviction (a WARN when the service uses no fenced lock), no
+// persistence a WARN naming fenced-lock/kill-restart-noaof, a user without
+// CLIENT KILL a FAIL naming it, and a user that may not run ACL DRYRUN a
+// WARN saying the ACL could not be checked.
+func TestMisconfigured(t *testing.T) {
+	topo := testbed.Standalone(t, build(), testbed.WithConfig("maxmemory 256mb", "maxmemory-policy allkeys-lru"))
+	addr := topo.Node("n1").Addr
+	dial := dialer(t, topo)
+	admin := topo.Node("n1").Admin()
+	ctx := context.Background()
+
+	r := runOK(t, Options{Addrs: []string{addr}, Dialer: dial})
+	c := find(t, r, "maxmemory-policy")
+	if c.Status != Fail || c.Scenario != "fenced-lock/eviction" || !strings.Contains(c.Reason, "allkeys-lru") {
+		t.Errorf("evicting policy: %+v", c)
+	}
+	if !strings.Contains(text(r), "see coordtorture run fenced-lock/eviction") || r.ExitStatus() != 1 {
+		t.Errorf("the scenario is not named, or exit status %d:\n%s", r.ExitStatus(), text(r))
+	}
+	if g := guarantee(t, r, "fenced-lock/eviction"); g.Holds {
+		t.Errorf("eviction guarantee holds: %+v", g)
+	}
+	c = find(t, r, "persistence")
+	if c.Status != Warn || c.Scenario != "fenced-lock/kill-restart-noaof" {
+		t.Errorf("no persistence: %+v", c)
+	}
+	if g := guarantee(t, r, "fenced-lock/kill-restart-noaof"); g.Holds {
+		t.Errorf("restart guarantee holds without persistence: %+v", g)
+	}
+
+	// Without fenced locks, eviction is a WARN.
+	r = runOK(t, Options{Addrs: []string{addr}, Dialer: dial, Primitives: []string{RateLimiters, Semaphore}})
+	if c := find(t, r, "maxmemory-policy"); c.Status != Warn {
+		t.Errorf("evicting policy without fenced locks: %+v", c)
+	}
+	if r.Failed() {
+		t.Errorf("a FAIL:\n%s", text(r))
+	}
+
+	// A user without CLIENT KILL (but with ACL DRYRUN).
+	if err := admin.Do(ctx, "ACL", "SETUSER", "app", "on", ">pw", "~*", "&*", "+@all", "-client|kill").Err(); err != nil {
+		t.Fatal(err)
+	}
+	r = runOK(t, Options{Addrs: []string{addr}, Dialer: dial, Username: "app", Password: "pw", Primitives: []string{FencedLock, RateLimiters}})
+	c = find(t, r, "acl/fenced-lock")
+	if c.Status != Fail || !strings.Contains(c.Reason, "CLIENT KILL") || !strings.Contains(c.Fix, "+client|kill") {
+		t.Errorf("user without CLIENT KILL: %+v", c)
+	}
+	if c := find(t, r, "acl/rate-limiters"); c.Status != OK {
+		t.Errorf("rate limiters need no CLIENT KILL: %+v", c)
+	}
+	if g := guarantee(t, r, "fenced-lock/lose-replies"); g.Holds {
+		t.Errorf("fencing guarantee holds without CLIENT KILL: %+v", g)
+	}
+	// A user without the invalidation channel: waiting polls (WARN).
+	if err := admin.Do(ctx, "ACL", "SETUSER", "nochan", "on", ">pw", "~*", "resetchannels", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	r = runOK(t, Options{Addrs: []string{addr}, Dialer: dial, Username: "nochan", Password: "pw", Primitives: []string{Waiting}})
+	if c := find(t, r, "acl/waiting"); c.Status != Warn || !strings.Contains(c.Reason, "SUBSCRIBE") || !strings.Contains(c.Reason, "polling") {
+		t.Errorf("user without the invalidation channel: %+v", c)
+	}
+	// A user that may read neither INFO nor CONFIG: WARNs saying what could
+	// not be read, not a wrong OK.
+	if err := admin.Do(ctx, "ACL", "SETUSER", "blind", "on", ">pw", "~*", "&*", "+@all", "-info", "-config").Err(); err != nil {
+		t.Fatal(err)
+	}
+	r = runOK(t, Options{Addrs: []string{addr}, Dialer: dial, Username: "blind", Password: "pw"})
+	for _, name := range []string{"server", "maxmemory-policy", "persistence", "replication", "tracking-table-max-keys", "busy-reply-threshold"} {
+		if c := find(t, r, name); c.Status != Warn {
+			t.Errorf("%s without INFO and CONFIG: %+v", name, c)
+		}
+	}
+	for _, sc := range []string{"fenced-lock/eviction", "fenced-lock/kill-restart-noaof", "fenced-lock/failover-forced"} {
+		if g := guarantee(t, r, sc); g.Holds || !g.Unchecked {
+			t.Errorf("a guarantee decided without its facts: %+v", g)
+		}
+	}
+	// A user that may not run ACL: the ACL is not checked, and says so.
+	if err := admin.Do(ctx, "ACL", "SETUSER", "noacl", "on", ">pw", "~*", "&*", "+@all", "-acl").Err(); err != nil {
+		t.Fatal(err)
+	}
+	r = runOK(t, Options{Addrs: []string{addr}, Dialer: dial, Username: "noacl", Password: "pw", Primitives: []string{FencedLock}})
+	if c := find(t, r, "acl/fenced-lock"); c.Status != Warn || !strings.Contains(c.Reason, "not checked") {
+		t.Errorf("user without ACL DRYRUN: %+v", c)
+	}
+	if g := guarantee(t, r, "fenced-lock/lose-replies"); g.Holds || !g.Unchecked {
+		t.Errorf("fencing guarantee without ACL DRYRUN: %+v", g)
+	}
+}
+
+// TestSentinel: through the sentinels, the replication line counts the
+// replica, the Sentinel line the quorum, and the failover guarantee is at
+// risk with its scenario.
+func TestSentinel(t *testing.T) {
+	topo := testbed.Replicated(t, build(), 1, 3)
+	var addrs []string
+	for _, s := range topo.Sentinels() {
+		addrs = append(addrs, s.Addr)
+	}
+	r := runOK(t, Options{Addrs: addrs, MasterName: testbed.MasterName, Dialer: dialer(t, topo)})
+	if r.Topology != "sentinel" {
+		t.Errorf("topology %q", r.Topology)
+	}
+	c := find(t, r, "replication")
+	if c.Status != Warn || !strings.Contains(c.Reason, "1 replica(s)") || !strings.Contains(c.Reason, "min-replicas-to-write 0") ||
+		c.Scenario != "fenced-lock/failover-forced" {
+		t.Errorf("replication: %+v", c)
+	}
+	if c := find(t, r, "sentinel"); c.Status != OK || !strings.Contains(c.Reason, "3/3 sentinels reachable") || !strings.Contains(c.Reason, "CKQUORUM OK on 3") {
+		t.Errorf("sentinel: %+v", c)
+	}
+	if g := guarantee(t, r, "fenced-lock/failover-forced"); g.Holds {
+		t.Errorf("failover guarantee holds with asynchronous replication: %+v", g)
+	}
+	// min-replicas-to-write 1 narrows the window: OK, and still at risk.
+	primary, err := topo.Primary(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := primary.Admin().ConfigSet(context.Background(), "min-replicas-to-write", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	r = runOK(t, Options{Addrs: addrs, MasterName: testbed.MasterName, Dialer: dialer(t, topo)})
+	if c := find(t, r, "replication"); c.Status != OK || !strings.Contains(c.Reason, "min-replicas-to-write 1") {
+		t.Errorf("replication with min-replicas-to-write 1: %+v", c)
+	}
+	if g := guarantee(t, r, "fenced-lock/failover-forced"); g.Holds {
+		t.Errorf("failover guarantee holds with asynchronous replication: %+v", g)
+	}
+	// The replica detached: the primary has none to fail over to (WARN).
+	for _, n := range topo.Nodes() {
+		if n.Name != primary.Name {
+			if err := n.Admin().Do(context.Background(), "REPLICAOF", "NO", "ONE").Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	r = runOK(t, Options{Addrs: addrs, MasterName: testbed.MasterName, Dialer: dialer(t, topo)})
+	if c := find(t, r, "replication"); c.Status != Warn || !strings.Contains(c.Reason, "no connected replica") {
+		t.Errorf("replication without a replica: %+v", c)
+	}
+	if g := guarantee(t, r, "fenced-lock/failover-forced"); !g.Holds {
+		t.Errorf("failover guarantee without a replica to promote: %+v", g)
+	}
+	// An unknown master name: the deployment cannot be reached.
+	_, err = Run(context.Background(), Options{Addrs: addrs, MasterName: "nosuchmaster", Timeout: time.Second, Dialer: dialer(t, topo)})
+	if !errors.Is(err, ErrConnect) {
+		t.Errorf("unknown master: %v", err)
+	}
+}
+
+// TestCluster: every slot covered is OK; a slot no node serves is a FAIL.
+func TestCluster(t *testing.T) {
+	topo := testbed.Cluster(t, build(), 3, 0)
+	var addrs []string
+	for _, n := range topo.Nodes() {
+		addrs = append(addrs, n.Addr)
+	}
+	r := runOK(t, Options{Addrs: addrs, Dialer: dialer(t, topo)})
+	if c := find(t, r, "cluster"); c.Status != OK || !strings.Contains(c.Reason, "16384/16384") {
+		t.Errorf("cluster: %+v\n%s", c, text(r))
+	}
+	if len(r.Checks) == 0 || find(t, r, "server").Status != OK || !strings.Contains(find(t, r, "server").Reason, "3 primaries") {
+		t.Errorf("server:\n%s", text(r))
+	}
+	// The write probe on a cluster: every primitive, no key left.
+	r = runOK(t, Options{Addrs: addrs, Dialer: dialer(t, topo), WriteProbe: true})
+	checkWriteProbe(t, r)
+	for _, n := range topo.Nodes() {
+		if k, err := n.Admin().Keys(context.Background(), "*").Result(); err != nil || len(k) > 0 {
+			t.Errorf("%s: keys left: %v %v", n.Name, k, err)
+		}
+	}
+	// Forget slot 0 everywhere: uncovered.
+	ctx := context.Background()
+	for _, n := range topo.Nodes() {
+		_ = n.Admin().Do(ctx, "CLUSTER", "DELSLOTS", 0).Err()
+	}
+	r = runOK(t, Options{Addrs: addrs, Dialer: dialer(t, topo)})
+	if c := find(t, r, "cluster"); c.Status != Fail || !strings.Contains(c.Reason, "16383/16384") {
+		t.Errorf("uncovered slot: %+v", c)
+	}
+}
+
+// TestWriteProbe: --write-probe runs every primitive (hash-field leases
+// where the server has them) and leaves no key: only the user's keys remain.
+func TestWriteProbe(t *testing.T) {
+	topo := testbed.Standalone(t, build(), testbed.WithAOF(true))
+	admin := topo.Node("n1").Admin()
+	if err := admin.Set(context.Background(), "users-own-key", "keep", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := runOK(t, Options{Addrs: []string{topo.Node("n1").Addr}, Dialer: dialer(t, topo), WriteProbe: true})
+	checkWriteProbe(t, r)
+	keys, err := admin.Keys(context.Background(), "*").Result()
+	if err != nil || len(keys) != 1 || keys[0] != "users-own-key" {
+		t.Errorf("keys left: %v %v", keys, err)
+	}
+}
+
+func checkWriteProbe(t *testing.T, r *Report) {
+	t.Helper()
+	noHFE := strings.Contains(find(t, r, "capability/hash-field-expiry").Reason, "absent")
+	for _, prim := range append(slices.DeleteFunc(Primitives(), func(p string) bool { return p == Redlock }), "cleanup") {
+		c := find(t, r, "write-probe/"+prim)
+		want := OK
+		if prim == HashLease && noHFE {
+			want = Warn
+		}
+		if c.Status != want {
+			t.Errorf("%s: %+v", prim, c)
+		}
+	}
+}
+
+// TestOldServer: Redis 7.0 has no hash-field expiry: the capability is
+// absent (learned from "unknown command") and hash-field leases FAIL.
+func TestOldServer(t *testing.T) {
+	if !slices.Contains(testbed.Matrix(), "redis-7.0") {
+		t.Skip("redis-7.0 is not in the matrix (COORDTORTURE_SERVERS)")
+	}
+	topo := testbed.Standalone(t, "redis-7.0", testbed.WithAOF(true))
+	r := runOK(t, Options{Addrs: []string{topo.Node("n1").Addr}, Dialer: dialer(t, topo)})
+	if c := find(t, r, "capability/hash-field-expiry"); !strings.Contains(c.Reason, "absent (ERR unknown command") {
+		t.Errorf("hash-field expiry: %+v", c)
+	}
+	if c := find(t, r, "primitive/hash-lease"); c.Status != Fail || !strings.Contains(c.Reason, "hash-field expiry missing") {
+		t.Errorf("hash-lease: %+v", c)
+	}
+	if c := find(t, r, "primitive/fenced-lock"); c.Status != OK {
+		t.Errorf("fenced-lock: %+v", c)
+	}
+	r = runOK(t, Options{Addrs: []string{topo.Node("n1").Addr}, Dialer: dialer(t, topo), Primitives: []string{FencedLock, Semaphore}})
+	if r.Failed() {
+		t.Errorf("a FAIL without hash-field leases:\n%s", text(r))
+	}
+}
+
+// TestBadOptions: usage errors and an unreachable deployment are typed.
+func TestBadOptions(t *testing.T) {
+	ctx := context.Background()
+	for _, o := range []Options{{}, {Addrs: []string{"127.0.0.1:1"}, Primitives: []string{"mutex"}},
+		{Addrs: []string{"127.0.0.1:1"}, MasterName: "m", Cluster: true}} {
+		if _, err := Run(ctx, o); !errors.Is(err, ErrUsage) {
+			t.Errorf("%+v: %v", o, err)
+		}
+	}
+	if _, err := Run(ctx, Options{Addrs: []string{"127.0.0.1:1"}, Timeout: 500 * time.Millisecond}); !errors.Is(err, ErrConnect) {
+		t.Errorf("unreachable: %v", err)
+	}
+}
