@@ -459,6 +459,7 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	}
 	// The nemesis records its events in the history as one more process.
 	nemesisProc := cfg.Clients
+	warmUp(ctx, env)
 
 	start := time.Now()
 	env.Rec = history.NewRecorder(start)
@@ -776,4 +777,30 @@ func firstLine(s string) string {
 		return s[:i]
 	}
 	return s
+}
+
+// warmUp opens a connection on every client (each node client of an
+// independent set) before the history starts: a service's pool is warm, and
+// a cold one on a loaded machine made the first operations of a run miss a
+// 100ms node timeout while dialling through the proxies, which left the
+// period before the first fault (the only healthy one of a busy nemesis)
+// too few completions to judge progress. Errors are ignored: the workload
+// meets them, recorded.
+func warmUp(ctx context.Context, env *Env) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var cs []redis.UniversalClient
+	if env.NodeClients != nil {
+		for _, nodes := range env.NodeClients {
+			cs = append(cs, nodes...)
+		}
+	} else {
+		cs = env.Clients
+	}
+	var wg sync.WaitGroup
+	for _, c := range cs {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = c.Ping(ctx).Err() }()
+	}
+	wg.Wait()
 }
