@@ -25,10 +25,10 @@ type aclCmd struct {
 // aclCommands lists, per primitive, the commands prim sends (prim/doc.go's
 // ACL permissions and prim/scripts/*.lua's redis.call): the scripts' own
 // commands are checked one by one, since DRYRUN of EVAL checks only EVAL.
-func (p *run) aclCommands(prim string) []aclCmd {
-	k := p.o.Key
-	fence := "{" + k + "}:fence"
-	lease := "{" + k + "}:lease"
+func (p *run) aclCommands(prim, k string) []aclCmd {
+	// The key as given is the lease's (a fenced lock's lease key, a hash,
+	// a semaphore…); a fenced lock's counter appends ":fence" to it.
+	lease, fence := k, k+":fence"
 	req := func(a ...any) aclCmd { return aclCmd{args: a} }
 	opt := func(a ...any) aclCmd { return aclCmd{args: a, optional: true} }
 	scripts := func(keys ...any) []aclCmd {
@@ -124,30 +124,42 @@ func (p *run) checkACL(ctx context.Context) {
 		// Every primary is asked (a cluster's nodes keep their own ACLs); a
 		// denial on some of them only names them.
 		on := map[string][]string{}
+		keyed := map[string][]string{}
+		var scoped, unscoped []string // denied for the key or channel, or the command itself
 		for _, node := range p.nodes {
-			cs, answers := ask(ctx, node, prim)
-			for i, c := range cs {
-				v, err := answers[i].Text()
-				name := cmdName(c.args)
-				switch {
-				case err != nil && strings.Contains(err.Error(), "not found") && !strings.Contains(err.Error(), "User"):
-					skipped = append(skipped, name) // the server does not know it
-				case err != nil:
-					var re redis.Error
-					if !errors.As(err, &re) || strings.Contains(err.Error(), "User") {
-						p.add(Check{Name: "acl/" + prim, Status: Warn, Reason: "ACL check failed: " + err.Error(), Fix: "rerun preflight"})
-						return
-					}
-					skipped = append(skipped, name+" ("+err.Error()+")")
-				case v != "OK":
-					if !contains(on[name], node.Options().Addr) {
-						on[name] = append(on[name], node.Options().Addr)
-					}
-					if c.optional {
-						deniedOpt = append(deniedOpt, name)
-						effects = append(effects, effectOf(prim, c))
-					} else {
-						denied = append(denied, name)
+			for _, key := range p.o.Keys {
+				cs, answers := ask(ctx, node, prim, key)
+				for i, c := range cs {
+					v, err := answers[i].Text()
+					name := cmdName(c.args)
+					switch {
+					case err != nil && strings.Contains(err.Error(), "not found") && !strings.Contains(err.Error(), "User"):
+						skipped = append(skipped, name) // the server does not know it
+					case err != nil:
+						var re redis.Error
+						if !errors.As(err, &re) || strings.Contains(err.Error(), "User") {
+							p.add(Check{Name: "acl/" + prim, Status: Warn, Reason: "ACL check failed: " + err.Error(), Fix: "rerun preflight"})
+							return
+						}
+						skipped = append(skipped, name+" ("+err.Error()+")")
+					case v != "OK":
+						if l := strings.ToLower(v); strings.Contains(l, "key") || strings.Contains(l, "channel") {
+							scoped = append(scoped, name)
+						} else {
+							unscoped = append(unscoped, name)
+						}
+						if !contains(on[name], node.Options().Addr) {
+							on[name] = append(on[name], node.Options().Addr)
+						}
+						if !contains(keyed[name], key) {
+							keyed[name] = append(keyed[name], key)
+						}
+						if c.optional {
+							deniedOpt = append(deniedOpt, name)
+							effects = append(effects, effectOf(prim, c))
+						} else {
+							denied = append(denied, name)
+						}
 					}
 				}
 			}
@@ -155,8 +167,15 @@ func (p *run) checkACL(ctx context.Context) {
 		where := func(names []string) []string {
 			var out []string
 			for _, n := range dedupe(names) {
+				var at []string
+				if len(p.o.Keys) > 1 && len(keyed[n]) < len(p.o.Keys) {
+					at = append(at, "for "+strings.Join(keyed[n], ", "))
+				}
 				if len(p.nodes) > 1 && len(on[n]) < len(p.nodes) {
-					n += " (on " + strings.Join(on[n], ", ") + ")"
+					at = append(at, "on "+strings.Join(on[n], ", "))
+				}
+				if len(at) > 0 {
+					n += " (" + strings.Join(at, "; ") + ")"
 				}
 				out = append(out, n)
 			}
@@ -172,7 +191,7 @@ func (p *run) checkACL(ctx context.Context) {
 		if (prim == Waiting || prim == Latch) && len(deniedOpt) > 0 {
 			p.facts.waitDenied = true
 		}
-		rule := fmt.Sprintf("user %q on %s", user, p.o.Key)
+		rule := fmt.Sprintf("user %q on %s", user, strings.Join(p.o.Keys, ", "))
 		if skipped = dedupe(skipped); len(skipped) > 0 {
 			rule += " (not checked, the server refused the check: " + strings.Join(skipped, ", ") + ")"
 		}
@@ -183,7 +202,7 @@ func (p *run) checkACL(ctx context.Context) {
 			if len(deniedOpt) > 0 {
 				reason += "; and (optional) " + strings.Join(deniedOptAt, ", ")
 			}
-			fix := "grant " + aclRule(append(denied, deniedOpt...))
+			fix := p.aclFix(append(denied, deniedOpt...), scoped, unscoped)
 			sc := ""
 			if contains(denied, "CLIENT KILL") || contains(denied, "CLIENT INFO") {
 				reason += " (uncertain commands cannot be fenced)"
@@ -193,7 +212,7 @@ func (p *run) checkACL(ctx context.Context) {
 		case len(deniedOpt) > 0:
 			what := strings.Join(dedupe(effects), "; ")
 			p.add(Check{Name: "acl/" + prim, Status: Warn, Reason: rule + ": denied " + strings.Join(deniedOptAt, ", ") + ": " + what,
-				Fix: "grant " + aclRule(deniedOpt)})
+				Fix: p.aclFix(deniedOpt, scoped, unscoped)})
 		default:
 			p.add(Check{Name: "acl/" + prim, Status: OK, Reason: rule + ": every command allowed"})
 		}
@@ -259,9 +278,9 @@ func aclRule(names []string) string {
 type aclAnswer interface{ Text() (string, error) }
 
 // commandsFor lists the commands of prim that prim sends to this server.
-func (p *run) commandsFor(prim string) []aclCmd {
+func (p *run) commandsFor(prim, key string) []aclCmd {
 	var cs []aclCmd
-	for _, c := range p.aclCommands(prim) {
+	for _, c := range p.aclCommands(prim, key) {
 		if c.needs != nil && *c.needs != present {
 			continue // prim never sends it to this server
 		}
@@ -272,8 +291,8 @@ func (p *run) commandsFor(prim string) []aclCmd {
 
 // dryRun asks ACL DRYRUN about every command of prim, in one pipeline (a
 // round trip, not one per command).
-func (p *run) dryRun(ctx context.Context, n *redis.Client, prim string) ([]aclCmd, []aclAnswer) {
-	cs := p.commandsFor(prim)
+func (p *run) dryRun(ctx context.Context, n *redis.Client, prim, key string) ([]aclCmd, []aclAnswer) {
+	cs := p.commandsFor(prim, key)
 	out := make([]aclAnswer, len(cs))
 	dctx, cancel := p.ctx(ctx)
 	defer cancel()
@@ -309,8 +328,8 @@ func (p *run) canQueue(ctx context.Context, n *redis.Client) error {
 // means the ACL allows the command with its keys and channels (a cluster
 // node's MOVED or ASK, which comes after the ACL check, too); NOPERM that it
 // does not. Nothing queued runs.
-func (p *run) queued(ctx context.Context, n *redis.Client, prim string) ([]aclCmd, []aclAnswer) {
-	cs := p.commandsFor(prim)
+func (p *run) queued(ctx context.Context, n *redis.Client, prim, key string) ([]aclCmd, []aclAnswer) {
+	cs := p.commandsFor(prim, key)
 	out := make([]aclAnswer, len(cs))
 	qctx, cancel := p.ctx(ctx)
 	defer cancel()
@@ -354,4 +373,33 @@ func (q queuedAnswer) Text() (string, error) {
 		return "", errors.New("command not found") // as DRYRUN says it
 	}
 	return "", err
+}
+
+// aclFix says what to grant: the commands denied as such, and key (or
+// channel) patterns for those denied only for the keys or channels checked.
+func (p *run) aclFix(names, scoped, unscoped []string) string {
+	var cmds []string
+	keys, chans := false, false
+	for _, n := range names {
+		switch {
+		case contains(unscoped, n):
+			cmds = append(cmds, n)
+		case contains(scoped, n) && n == "SUBSCRIBE":
+			chans = true
+		case contains(scoped, n):
+			keys = true
+		}
+	}
+	var parts []string
+	if len(cmds) > 0 {
+		parts = append(parts, "grant "+aclRule(cmds))
+	}
+	if keys {
+		parts = append(parts, "add key patterns (~…) covering "+strings.Join(p.o.Keys, ", ")+
+			" and the keys derived from them (a fenced lock's counter appends :fence)")
+	}
+	if chans {
+		parts = append(parts, "grant the channel &__redis__:invalidate")
+	}
+	return strings.Join(parts, "; ")
 }

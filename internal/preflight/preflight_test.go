@@ -298,6 +298,23 @@ func TestMisconfigured(t *testing.T) {
 	if n := admin.DBSize(ctx).Val(); n != 0 {
 		t.Errorf("the queued checks left %d keys", n)
 	}
+	// Several keys, one per key pattern of the user's: each is checked, and
+	// a denial for some of them names them.
+	if err := admin.Do(ctx, "ACL", "SETUSER", "patterns", "on", ">pw", "~orders:*", "~users:*", "&*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	r = runOK(t, Options{Addrs: []string{addr}, Dialer: dial, Username: "patterns", Password: "pw", Primitives: []string{FencedLock},
+		Keys: []string{"orders:1", "users:1"}})
+	if c := find(t, r, "acl/fenced-lock"); c.Status != OK || !strings.Contains(c.Reason, "orders:1, users:1") {
+		t.Errorf("user with both key patterns: %+v", c)
+	} else {
+		t.Logf("both: %+v", c)
+	}
+	r = runOK(t, Options{Addrs: []string{addr}, Dialer: dial, Username: "patterns", Password: "pw", Primitives: []string{FencedLock},
+		Keys: []string{"orders:1", "billing:1"}})
+	if c := find(t, r, "acl/fenced-lock"); c.Status != Fail || !strings.Contains(c.Reason, "EVALSHA (for billing:1)") {
+		t.Errorf("a key outside the user's patterns: %+v", c)
+	}
 	// Neither DRYRUN nor MULTI: the ACL is not checked, and says so.
 	if err := admin.Do(ctx, "ACL", "SETUSER", "nomulti", "on", ">pw", "~*", "&*", "+@all", "-acl", "-multi").Err(); err != nil {
 		t.Fatal(err)
