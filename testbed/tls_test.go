@@ -60,4 +60,3 @@ func TestTLSTopologies(t *testing.T) {
 		})
 	})
 }
-
