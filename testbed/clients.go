@@ -63,6 +63,15 @@ func (t *Topology) ClientPeers() []string {
 	return peers
 }
 
+// PeerDialer returns the TCP dialer of the named client peer ("" is
+// ClientPeer): connections from the peer's own source address, which the
+// proxies accept, without TLS even on a WithTLS topology (for a program that
+// does its own handshake over it).
+func (t *Topology) PeerDialer(name string) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(t.peerIP(name))}, Timeout: t.cfg.clientTimeout}
+	return d.DialContext
+}
+
 func (t *Topology) universalOptions(opts []ClientOption) (*redis.UniversalOptions, *clientConfig) {
 	cc := &clientConfig{protocol: 3, timeout: t.cfg.clientTimeout}
 	for _, o := range opts {
