@@ -192,7 +192,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	// client's retries.
 	tr, err := tlsopt.Probe(ctx, o.Addrs[0], o.TLSConfig, o.Dialer, o.Timeout)
 	if err != nil {
-		return nil, fmt.Errorf("%w %s: %w", ErrConnect, p.r.Target, err)
+		return nil, fmt.Errorf("%w: %w", ErrConnect, err) // err starts with the address
 	}
 	p.transport = tr
 	if err := p.connect(ctx); err != nil {

@@ -87,8 +87,20 @@ func (o Options) Config() (*tls.Config, error) {
 // port does.
 var ErrTLSOnly = errors.New("the server closed the connection on a plaintext PING: the port looks TLS-only; connect with --tls")
 
-// ErrNotTLS: the server answered a TLS handshake in plaintext.
-var ErrNotTLS = errors.New("the server answered the TLS handshake in plaintext: the port does not speak TLS; drop --tls (or use the server's tls-port)")
+// ErrNotTLS: the server answers in plaintext where the client expects TLS.
+var ErrNotTLS = errors.New("the server answers in plaintext, not TLS: the port does not speak TLS; drop --tls (or use the server's tls-port)")
+
+// ErrUntrusted: the TLS handshake failed on the certificates: the server's
+// is not trusted or names another host, or the server wants one from the
+// client.
+var ErrUntrusted = errors.New("TLS certificate refused")
+
+// Mismatch reports whether err is one of the probe's transport findings
+// (ErrTLSOnly, ErrNotTLS, ErrUntrusted): the deployment answers, but not
+// to the way the client connects, so retrying cannot help.
+func Mismatch(err error) bool {
+	return errors.Is(err, ErrTLSOnly) || errors.Is(err, ErrNotTLS) || errors.Is(err, ErrUntrusted)
+}
 
 // Dialer opens a TCP connection (net.Dialer's DialContext fits).
 type Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
@@ -193,11 +205,11 @@ func Probe(ctx context.Context, addr string, cfg *tls.Config, dial Dialer, timeo
 	case errors.As(err, &rh):
 		return Result{}, fmt.Errorf("%s: %w", addr, ErrNotTLS)
 	case errors.As(err, &hn):
-		return Result{}, fmt.Errorf("%s: %v: the server's certificate does not name this address; pass the name it carries with --tls-server-name", addr, err)
+		return Result{}, fmt.Errorf("%s: %w: %v: the server's certificate does not name this address; pass the name it carries with --tls-server-name", addr, ErrUntrusted, err)
 	case errors.As(err, &verr):
-		return Result{}, fmt.Errorf("%s: %v: the server's certificate is not signed by a CA this client trusts; pass its CA with --tls-ca FILE (--tls-insecure skips the check, insecurely)", addr, err)
+		return Result{}, fmt.Errorf("%s: %w: %v: the server's certificate is not signed by a CA this client trusts; pass its CA with --tls-ca FILE (--tls-insecure skips the check, insecurely)", addr, ErrUntrusted, err)
 	case strings.Contains(err.Error(), "certificate required"):
-		return Result{}, fmt.Errorf("%s: %v: the server asks for a client certificate; pass --tls-cert FILE and --tls-key FILE", addr, err)
+		return Result{}, fmt.Errorf("%s: %w: %v: the server asks for a client certificate; pass --tls-cert FILE and --tls-key FILE", addr, ErrUntrusted, err)
 	}
 	return Result{}, fmt.Errorf("%s: %w", addr, err)
 }
@@ -284,4 +296,33 @@ func tlsPing(ctx context.Context, addr string, cfg *tls.Config, dial Dialer) (*t
 	}
 	st := tc.ConnectionState()
 	return &st, nil
+}
+
+// WrapDialer returns a dialer that opens a connection with dial and does the
+// TLS handshake over it with cfg (the server name, when cfg has none, is the
+// address's host): go-redis applies its TLSConfig only in its own dialer, not
+// in one given as Options.Dialer. cfg nil returns dial.
+func WrapDialer(dial Dialer, cfg *tls.Config) Dialer {
+	if cfg == nil || dial == nil {
+		return dial
+	}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		cc := cfg
+		if cc.ServerName == "" {
+			cc = cfg.Clone()
+			if host, _, err := net.SplitHostPort(addr); err == nil {
+				cc.ServerName = host
+			}
+		}
+		tc := tls.Client(c, cc)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			c.Close()
+			return nil, err
+		}
+		return tc, nil
+	}
 }
