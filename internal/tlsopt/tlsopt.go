@@ -17,6 +17,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -276,20 +277,36 @@ func tlsPing(ctx context.Context, addr string, cfg *tls.Config, dial Dialer) (*t
 		}
 		cfg.ServerName = host
 	}
+	// Whether the server asked for a client certificate and got none: a
+	// server that requires one refuses the connection after the handshake
+	// (TLS 1.3), with an alert or a reset, whichever the client sees first.
+	var askedNone atomic.Bool
+	if len(cfg.Certificates) == 0 && cfg.GetClientCertificate == nil {
+		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			askedNone.Store(true)
+			return &tls.Certificate{}, nil
+		}
+	}
+	refused := func(err error) error {
+		if askedNone.Load() && (isClosed(err) || strings.Contains(err.Error(), "remote error")) && !strings.Contains(err.Error(), "certificate required") {
+			return fmt.Errorf("the server asked for a client certificate and dropped the connection without one (certificate required): %w", err)
+		}
+		return err
+	}
 	tc := tls.Client(c, cfg)
 	defer tc.Close()
 	if d, ok := ctx.Deadline(); ok {
 		_ = tc.SetDeadline(d)
 	}
 	if err := tc.HandshakeContext(ctx); err != nil {
-		return nil, err
+		return nil, refused(err)
 	}
 	if _, err := tc.Write([]byte("PING\r\n")); err != nil {
-		return nil, err
+		return nil, refused(err)
 	}
 	line, err := bufio.NewReader(tc).ReadString('\n')
 	if err != nil {
-		return nil, fmt.Errorf("no answer to PING over TLS: %w", err)
+		return nil, refused(fmt.Errorf("no answer to PING over TLS: %w", err))
 	}
 	if line == "" || (line[0] != '+' && line[0] != '-') {
 		return nil, fmt.Errorf("not a Redis reply to PING over TLS: %q", strings.TrimSpace(line))

@@ -18,7 +18,8 @@ const fast = 3 * time.Second
 
 // The probe tells each mismatch apart on real servers, quickly: a plaintext
 // client on a TLS-only port, a TLS client on a plaintext port, an untrusted
-// certificate, a certificate for another name; and a matching client works.
+// certificate, a certificate for another name, a missing client certificate;
+// and a matching client works.
 func TestProbe(t *testing.T) {
 	for _, b := range testbed.Matrix() {
 		t.Run(b, func(t *testing.T) {
@@ -66,6 +67,16 @@ func TestProbe(t *testing.T) {
 			}
 			if r, err := probe(tlsAddr, tlsopt.Options{CA: files.CA, Cert: files.ClientCert, Key: files.ClientKey}); err != nil || r.State == nil {
 				t.Errorf("TLS with a client certificate: %v", err)
+			}
+			// A server that requires a client certificate.
+			strict := testbed.Standalone(t, b, testbed.WithTLS(), testbed.WithConfig("tls-auth-clients yes"))
+			sf, _ := strict.TLSFiles()
+			strictAddr := strict.Node("n1").DirectAddr()
+			if _, err := probe(strictAddr, tlsopt.Options{CA: sf.CA}); !errors.Is(err, tlsopt.ErrUntrusted) || !strings.Contains(err.Error(), "--tls-cert") {
+				t.Errorf("no client certificate where one is required: %v, want ErrUntrusted and a hint at --tls-cert", err)
+			}
+			if _, err := probe(strictAddr, tlsopt.Options{CA: sf.CA, Cert: sf.ClientCert, Key: sf.ClientKey}); err != nil {
+				t.Errorf("a client certificate where one is required: %v", err)
 			}
 		})
 	}
