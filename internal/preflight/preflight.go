@@ -152,8 +152,8 @@ type Options struct {
 	// under a random "coordtorture:preflight:probe:…:" prefix, and deletes
 	// them afterwards: the only mode that writes.
 	WriteProbe bool
-	// Dialer, when set, opens every connection (the tests' source addresses;
-	// a proxy).
+	// Dialer, when set, opens every TCP connection (the tests' source
+	// addresses; a proxy); with TLS the handshake is done over it.
 	Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
