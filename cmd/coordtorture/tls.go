@@ -11,13 +11,14 @@ import (
 )
 
 // tlsHelp is what run --help and preflight --help say about the --tls… flags.
-const tlsHelp = `TLS: --tls connects with TLS and verifies the servers' certificates against
-the system's CAs; --tls-ca FILE trusts the CA(s) in FILE instead, --tls-cert
-FILE and --tls-key FILE present a client certificate (for tls-auth-clients),
---tls-server-name NAME verifies the certificates against NAME rather than the
-address's host, and --tls-insecure skips verification (insecure: it says so on
-every run). Each implies --tls. A plaintext client on a TLS-only port, or a TLS
-client on a plaintext port, is told so at once.
+const tlsHelp = `TLS (run and replay: with --provider external): --tls connects with TLS
+and verifies the servers' certificates against the system's CAs; --tls-ca FILE
+trusts the CA(s) in FILE instead, --tls-cert FILE and --tls-key FILE present a
+client certificate (for tls-auth-clients), --tls-server-name NAME verifies the
+certificates against NAME rather than the address's host, and --tls-insecure
+skips verification (insecure: it says so on every run). Each implies --tls. A
+plaintext client on a TLS-only port, or a TLS client on a plaintext port, is
+told so at once.
 `
 
 // tlsConfig makes the TLS configuration of the --tls… flags (nil without
