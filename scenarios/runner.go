@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/coordtorture/coordtorture/history"
+	"github.com/coordtorture/coordtorture/internal/tlsopt"
 	"github.com/coordtorture/coordtorture/models"
 	"github.com/coordtorture/coordtorture/testbed"
 	"github.com/coordtorture/coordtorture/testbed/docker"
@@ -87,7 +88,21 @@ type External struct {
 	Cluster    bool
 	Username   string
 	Password   string
-	TLS        bool
+	// TLS connects with TLS: with TLSConfig, or a default configuration (the
+	// system's CAs) without.
+	TLS       bool
+	TLSConfig *tls.Config
+}
+
+// tlsConfig is the configuration the clients use; nil for plaintext.
+func (e *External) tlsConfig() *tls.Config {
+	if e.TLSConfig != nil {
+		return e.TLSConfig
+	}
+	if e.TLS {
+		return &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	return nil
 }
 
 // Supports reports whether s runs on the named implementation. A registered
@@ -248,7 +263,11 @@ type Outcome struct {
 	Counters map[string]int64 `json:"counters,omitempty"`
 	Provider string           `json:"provider"`
 	Target   string           `json:"target,omitempty"`
-	Error    string           `json:"error,omitempty"`
+	// Transport is how the clients reached an external deployment:
+	// "plaintext connection", or the TLS version and how the server's
+	// certificate was checked.
+	Transport string `json:"transport,omitempty"`
+	Error     string `json:"error,omitempty"`
 	// Records is the history, for writing as JSONL.
 	Records []history.Op `json:"-"`
 	// Header is the history's header line: the run's expectations and
@@ -363,8 +382,15 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	if l, ok := rl.(interface{ setLogger(*slog.Logger) }); ok {
 		l.setLogger(cfg.Logger)
 	}
-	buildName, provider, target := "", "local", ""
+	buildName, provider, target, transport := "", "local", "", ""
 	if ext := cfg.External; ext != nil {
+		// One connection first, as the clients will connect: a plaintext
+		// client on a TLS-only port (or the reverse) is told so at once.
+		tr, err := tlsopt.Probe(ctx, ext.Addrs[0], ext.tlsConfig(), nil, 2*time.Second)
+		if err != nil {
+			return nil, fmt.Errorf("scenarios: cannot reach %v: %w", ext.Addrs, err)
+		}
+		transport = tr.Describe()
 		var b [6]byte
 		_, _ = rand.Read(b[:])
 		env.Prefix = "coordtorture:" + hex.EncodeToString(b[:]) + ":"
@@ -597,7 +623,7 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 
 	out := &Outcome{Scenario: s.Name, Build: buildName, Impl: impl.Name(), Seed: cfg.Seed,
 		Clients: cfg.Clients, Duration: cfg.Duration, Events: log, Records: env.Rec.Records(),
-		Provider: provider, Target: target, Counters: counters}
+		Provider: provider, Target: target, Transport: transport, Counters: counters}
 	h := env.Rec.History()
 	out.Ops = len(h.Ops)
 	out.Uncertain = models.CountUncertain(h)
@@ -721,9 +747,7 @@ func externalClient(ctx context.Context, ext *External, hardened bool) (redis.Un
 	o := &redis.UniversalOptions{Addrs: ext.Addrs, MasterName: ext.MasterName, IsClusterMode: ext.Cluster,
 		Username: ext.Username, Password: ext.Password, MaxRetries: retries,
 		DialTimeout: 2 * time.Second, ReadTimeout: 250 * time.Millisecond, WriteTimeout: 250 * time.Millisecond}
-	if ext.TLS {
-		o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
-	}
+	o.TLSConfig = ext.tlsConfig()
 	c := redis.NewUniversalClient(o)
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()

@@ -2,6 +2,7 @@ package testbed
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"time"
@@ -62,6 +63,15 @@ func (t *Topology) ClientPeers() []string {
 	return peers
 }
 
+// PeerDialer returns the TCP dialer of the named client peer ("" is
+// ClientPeer): connections from the peer's own source address, which the
+// proxies accept, without TLS even on a WithTLS topology (for a program that
+// does its own handshake over it).
+func (t *Topology) PeerDialer(name string) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(t.peerIP(name))}, Timeout: t.cfg.clientTimeout}
+	return d.DialContext
+}
+
 func (t *Topology) universalOptions(opts []ClientOption) (*redis.UniversalOptions, *clientConfig) {
 	cc := &clientConfig{protocol: 3, timeout: t.cfg.clientTimeout}
 	for _, o := range opts {
@@ -69,14 +79,22 @@ func (t *Topology) universalOptions(opts []ClientOption) (*redis.UniversalOption
 	}
 	ip := t.peerIP(cc.peer)
 	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: cc.timeout}
+	dial := d.DialContext
+	tc := t.TLSConfig()
+	if tc != nil {
+		// go-redis applies TLSConfig only in its own dialer: this one does the
+		// handshake itself (the server name is the address's host).
+		dial = (&tls.Dialer{NetDialer: d, Config: tc}).DialContext
+	}
 	uo := &redis.UniversalOptions{
 		Protocol:     cc.protocol,
 		DialTimeout:  cc.timeout,
 		ReadTimeout:  cc.timeout,
 		WriteTimeout: cc.timeout,
 		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			return d.DialContext(ctx, network, addr)
+			return dial(ctx, network, addr)
 		},
+		TLSConfig:       tc,
 		DisableIdentity: true,
 	}
 	return uo, cc

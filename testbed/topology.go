@@ -47,6 +47,7 @@ type config struct {
 	nodeBuilds    map[string]string   // node name -> build (WithNodeBuild)
 	nodeConfig    map[string][]string // node name -> configuration lines (WithNodeConfig)
 	containers    Containers          // WithContainers
+	tls           bool                // WithTLS
 }
 
 func defaults() config {
@@ -155,6 +156,7 @@ type Topology struct {
 	sb         *switchboard
 	ctr        ContainerNetwork // the servers' container network (WithContainers); nil for local processes
 	announce   string           // the host servers announce: 127.0.0.1, or the container network's gateway
+	tls        *tlsState        // WithTLS's CA and client configuration; nil without
 	nodes      []*Node
 	sentinels  []*Node
 
@@ -213,6 +215,9 @@ func (t *Topology) makeNode(name string, sentinel, aux bool) (*Node, error) {
 	if err := os.MkdirAll(n.dir, 0o755); err != nil {
 		return nil, err
 	}
+	if err := n.issueCert(); err != nil {
+		return nil, err
+	}
 	t.sb.addPeer(name, n.ip)
 	real := net.JoinHostPort(n.ip, strconv.Itoa(serverPort))
 	var err error
@@ -227,7 +232,7 @@ func (t *Topology) makeNode(name string, sentinel, aux bool) (*Node, error) {
 	n.admin = redis.NewClient(&redis.Options{
 		Addr: real, Protocol: 2, MaxRetries: -1, PoolSize: 4,
 		DialTimeout: t.cfg.adminTimeout, ReadTimeout: t.cfg.adminTimeout, WriteTimeout: t.cfg.adminTimeout,
-		DisableIdentity: true,
+		DisableIdentity: true, TLSConfig: t.TLSConfig(),
 	})
 	label := fmt.Sprintf("%s %s (%s)", n.Build.Name, name, n.ip)
 	if t.ctr != nil {
@@ -256,7 +261,11 @@ func (n *Node) conf() string {
 	w := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
 	w("bind %s", n.ip)
 	w("bind-source-addr %s", n.ip)
-	w("port %d", serverPort)
+	if tc := n.tlsConf(); tc != "" {
+		b.WriteString(tc)
+	} else {
+		w("port %d", serverPort)
+	}
 	w("protected-mode no")
 	w("daemonize no")
 	if p, ok := n.proc.(*process); ok {
@@ -300,6 +309,9 @@ func (n *Node) conf() string {
 		w("cluster-node-timeout %d", t.cfg.nodeTimeout.Milliseconds())
 		w("cluster-announce-ip %s", t.announce)
 		w("cluster-announce-port %s", port(n.Addr))
+		if t.tls != nil {
+			w("cluster-announce-tls-port %s", port(n.Addr)) // what CLUSTER SLOTS tells clients with tls-cluster
+		}
 		w("cluster-announce-bus-port %s", port(n.BusAddr))
 		w("cluster-port %d", serverPort+10000)
 	}
@@ -444,6 +456,20 @@ func newTopology(kind Kind, build string, opts []Option) (*Topology, error) {
 	}
 	t := &Topology{Kind: kind, Build: b, cfg: cfg, nodeBuilds: nodeBuilds, dir: dir, peers: map[string]string{}, announce: "127.0.0.1"}
 	t.sb = newSwitchboard(cfg.logf)
+	if cfg.tls {
+		if cfg.containers != nil {
+			t.sb.close()
+			_ = os.RemoveAll(dir)
+			forgetDir(dir)
+			return nil, fmt.Errorf("%w: WithTLS is for local processes, not WithContainers", ErrBadOption)
+		}
+		if t.tls, err = newTLSState(dir); err != nil {
+			t.sb.close()
+			_ = os.RemoveAll(dir)
+			forgetDir(dir)
+			return nil, fmt.Errorf("testbed: TLS certificates: %w", err)
+		}
+	}
 	if cfg.containers != nil {
 		if len(nodeBuilds) > 0 {
 			t.sb.close()

@@ -19,6 +19,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/coordtorture/coordtorture/internal/tlsopt"
 	"github.com/coordtorture/coordtorture/reports"
 	"github.com/coordtorture/coordtorture/scenarios"
 	"github.com/coordtorture/coordtorture/testbed"
@@ -119,7 +120,8 @@ type runFlags struct {
 	server, serverBin, provider, impl, out string
 	image                                  string
 	addr, masterName, user                 string
-	cluster, tls                           bool
+	cluster                                bool
+	tls                                    tlsopt.Options
 	duration, ttl                          time.Duration
 	hardened                               bool
 	clients                                int
@@ -158,7 +160,9 @@ func (f *runFlags) register(fs *flag.FlagSet, cmd string) {
 	str(forRun|forReplay, &f.masterName, "master-name", "", "external: Sentinel master name (--addr lists the sentinels)")
 	boolean(forRun|forReplay, &f.cluster, "cluster", "external: --addr is a cluster (needed when it is a single address)")
 	str(forRun|forReplay, &f.user, "user", "", "external: ACL user name (password from $COORDTORTURE_PASSWORD)")
-	boolean(forRun|forReplay, &f.tls, "tls", "external: connect with TLS")
+	if which&(forRun|forReplay) != 0 {
+		f.tls.Register(fs) // external: --tls, --tls-ca, --tls-cert, --tls-key, --tls-server-name, --tls-insecure
+	}
 	str(forRun|forMatrix, &f.impl, "impl", "prim", "implementation(s) under test, comma-separated, or all (prim and the peers; each runs the scenarios that apply to it): prim, "+strings.Join(scenarios.Peers, ", ")+
 		" (locks; redsync also runs the redlock scenarios on their independent sets), "+strings.Join(scenarios.LimiterPeers, ", ")+" (rate limiters), or a deliberately broken one the checkers must catch: "+
 		strings.Join(scenarios.AllMutants(), ", "))
@@ -333,6 +337,9 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, map[string]string{"run": runUsage, "matrix": matrixUsage, "replay": replayUsage}[cmd])
 		fs.SetOutput(stdout)
 		fs.PrintDefaults()
+		if cmd != "matrix" {
+			fmt.Fprint(stdout, "\n"+tlsHelp)
+		}
 		return 0
 	}
 	if err != nil {
@@ -360,8 +367,8 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 	}
 	switch f.provider {
 	case "local", "docker":
-		if f.addr != "" || f.masterName != "" || f.cluster || f.user != "" || f.tls {
-			fmt.Fprintln(stderr, "coordtorture: --addr, --master-name, --cluster, --user and --tls need --provider external")
+		if f.addr != "" || f.masterName != "" || f.cluster || f.user != "" || f.tls.Enabled() {
+			fmt.Fprintln(stderr, "coordtorture: --addr, --master-name, --cluster, --user and --tls… need --provider external")
 			return 2
 		}
 		if f.provider == "docker" {
@@ -376,8 +383,12 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "coordtorture: --provider external needs --addr host:port[,host:port…]")
 			return 2
 		}
+		tc, ok := tlsConfig(f.tls, cmd, stderr)
+		if !ok {
+			return 2
+		}
 		ext = &scenarios.External{Addrs: strings.Split(f.addr, ","), MasterName: f.masterName, Cluster: f.cluster,
-			Username: f.user, Password: os.Getenv("COORDTORTURE_PASSWORD"), TLS: f.tls}
+			Username: f.user, Password: os.Getenv("COORDTORTURE_PASSWORD"), TLS: tc != nil, TLSConfig: tc}
 	default:
 		fmt.Fprintf(stderr, "coordtorture: unknown provider %q (local, docker, external)\n", f.provider)
 		return 2
@@ -553,6 +564,17 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 		}
 		if unsupported > 0 && len(impls) == 1 {
 			fmt.Fprintf(stderr, "coordtorture: %s of the selection skipped: not applicable to %s\n", plural(unsupported, "scenario run"), f.impl)
+		}
+	}
+	if ext != nil {
+		// One connection first: a transport mismatch is said at once, not
+		// as every scenario's error.
+		desc, ok := probeTransport(ext.Addrs[0], ext.TLSConfig, cmd, stderr)
+		if !ok {
+			return 2
+		}
+		if desc != "" {
+			fmt.Fprintf(stdout, "coordtorture: external deployment %s: %s\n", f.addr, desc)
 		}
 	}
 	out := f.out

@@ -11,10 +11,11 @@ import (
 	"time"
 
 	"github.com/coordtorture/coordtorture/internal/preflight"
+	"github.com/coordtorture/coordtorture/internal/tlsopt"
 )
 
 const preflightUsage = `Usage: coordtorture preflight --addr host:port[,host:port…] [--master-name NAME | --cluster]
-                            [--user NAME] [--tls] [--json] [--primitives LIST] [--key KEY[,KEY…]]
+                            [--user NAME] [--tls…] [--json] [--primitives LIST] [--key KEY[,KEY…]]
                             [--write-probe]
 
 Checks, read-only and in seconds, whether a Redis or Valkey deployment is
@@ -27,6 +28,8 @@ not exist, in forms that cannot create it.
 One line per check, OK, WARN or FAIL, with the reason, what to change (→) and
 the harness scenario that shows the hazard:
   server                   kind and version (Redis 7.0+ or Valkey 8+)
+  tls                      TLS version and how the server's certificate was
+                           verified; WARN for plaintext or --tls-insecure
   capability/…             what the server answers to Lua+TIME, CLIENT TRACKING,
                            hash-field expiry, DELEX, SET IFEQ, INCREX
   primitive/…              per primitive: whether what it needs exists
@@ -60,14 +63,15 @@ func preflightCmd(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("preflight", flag.ContinueOnError)
 	var (
 		addr, masterName, user, prims, key string
-		cluster, useTLS, asJSON, probe     bool
+		cluster, asJSON, probe             bool
+		tlsOpts                            tlsopt.Options
 		timeout, clockWarn                 time.Duration
 	)
 	fs.StringVar(&addr, "addr", "", "host:port[,host:port…] of the deployment (several = cluster; the sentinels with --master-name)")
 	fs.StringVar(&masterName, "master-name", "", "Sentinel master name (--addr lists the sentinels)")
 	fs.BoolVar(&cluster, "cluster", false, "--addr is a cluster (needed when it is a single address)")
 	fs.StringVar(&user, "user", "", "ACL user name (password from $COORDTORTURE_PASSWORD)")
-	fs.BoolVar(&useTLS, "tls", false, "connect with TLS")
+	tlsOpts.Register(fs)
 	fs.BoolVar(&asJSON, "json", false, "write the report as JSON")
 	fs.BoolVar(&probe, "write-probe", false, "also run each primitive once on keys under a random coordtorture:preflight:probe:… prefix, and delete them (the only mode that writes)")
 	fs.StringVar(&prims, "primitives", "", "comma-separated primitives the service uses (default all): "+strings.Join(preflight.Primitives(), ", "))
@@ -79,6 +83,7 @@ func preflightCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, preflightUsage)
 		fs.SetOutput(stdout)
 		fs.PrintDefaults()
+		fmt.Fprint(stdout, "\n"+tlsHelp)
 		return 0
 	}
 	if err == nil && len(pos) > 0 {
@@ -91,8 +96,12 @@ func preflightCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "coordtorture preflight: %v (see coordtorture preflight --help)\n", err)
 		return 2
 	}
+	tc, ok := tlsConfig(tlsOpts, "preflight", stderr)
+	if !ok {
+		return 2
+	}
 	o := preflight.Options{Addrs: strings.Split(addr, ","), MasterName: masterName, Cluster: cluster, Username: user,
-		Password: os.Getenv("COORDTORTURE_PASSWORD"), TLS: useTLS, Keys: strings.Split(key, ","), Timeout: timeout, ClockWarn: clockWarn, WriteProbe: probe}
+		Password: os.Getenv("COORDTORTURE_PASSWORD"), TLS: tc != nil, TLSConfig: tc, Keys: strings.Split(key, ","), Timeout: timeout, ClockWarn: clockWarn, WriteProbe: probe}
 	if prims != "" {
 		o.Primitives = strings.Split(prims, ",")
 	}

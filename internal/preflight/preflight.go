@@ -34,6 +34,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/coordtorture/coordtorture/internal/tlsopt"
 )
 
 // Status is a check's outcome.
@@ -130,7 +132,10 @@ type Options struct {
 	Cluster    bool
 	Username   string
 	Password   string
-	TLS        bool
+	// TLS connects with TLS: with TLSConfig, or a default configuration
+	// (the system's CAs) without.
+	TLS       bool
+	TLSConfig *tls.Config
 	// Primitives restricts the per-primitive checks to the ones a service uses
 	// (default: all). An evicting policy is a FAIL only when fenced-lock is
 	// among them.
@@ -148,8 +153,8 @@ type Options struct {
 	// under a random "coordtorture:preflight:probe:…:" prefix, and deletes
 	// them afterwards: the only mode that writes.
 	WriteProbe bool
-	// Dialer, when set, opens every connection (the tests' source addresses;
-	// a proxy).
+	// Dialer, when set, opens every TCP connection (the tests' source
+	// addresses; a proxy); with TLS the handshake is done over it.
 	Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
@@ -180,7 +185,18 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.Timeout <= 0 {
 		o.Timeout = 2 * time.Second
 	}
+	if o.TLS && o.TLSConfig == nil {
+		o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
 	p := &run{o: o, r: &Report{Target: strings.Join(o.Addrs, ","), Topology: "standalone"}}
+	// One connection first, as the clients will connect: a plaintext client
+	// on a TLS-only port (or the reverse) is told so at once, not after the
+	// client's retries.
+	tr, err := tlsopt.Probe(ctx, o.Addrs[0], o.TLSConfig, o.Dialer, o.Timeout)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConnect, err) // err starts with the address
+	}
+	p.transport = tr
 	if err := p.connect(ctx); err != nil {
 		return nil, err
 	}
@@ -190,12 +206,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 }
 
 type run struct {
-	o      Options
-	r      *Report
-	client redis.UniversalClient
-	nodes  []*redis.Client // the primaries
-	caps   caps
-	facts  facts
+	o         Options
+	transport tlsopt.Result
+	r         *Report
+	client    redis.UniversalClient
+	nodes     []*redis.Client // the primaries
+	caps      caps
+	facts     facts
 }
 
 // caps is what the server answered to the fast commands.
@@ -232,10 +249,8 @@ func (p *run) add(c Check) { p.r.Checks = append(p.r.Checks, c) }
 func (p *run) connect(ctx context.Context) error {
 	uo := &redis.UniversalOptions{Addrs: p.o.Addrs, MasterName: p.o.MasterName, IsClusterMode: p.o.Cluster,
 		Username: p.o.Username, Password: p.o.Password, DialTimeout: p.o.Timeout, ReadTimeout: p.o.Timeout,
-		WriteTimeout: p.o.Timeout, DisableIdentity: true, Dialer: p.o.Dialer}
-	if p.o.TLS {
-		uo.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
-	}
+		WriteTimeout: p.o.Timeout, DisableIdentity: true, Dialer: tlsopt.WrapDialer(p.o.Dialer, p.o.TLSConfig),
+		TLSConfig: p.o.TLSConfig}
 	switch {
 	case p.o.MasterName != "":
 		p.r.Topology = "sentinel"
@@ -287,6 +302,7 @@ func (p *run) label(name string, n *redis.Client) string {
 
 func (p *run) checkAll(ctx context.Context) {
 	p.checkServer(ctx)
+	p.checkTLS()
 	p.probeCaps(ctx)
 	p.checkPrimitives()
 	for _, n := range p.nodes {
@@ -340,6 +356,21 @@ func config(ctx context.Context, c *redis.Client, name string) (string, bool) {
 	}
 	v, ok := m[name]
 	return v, ok
+}
+
+// checkTLS reports how the connection is protected (from the probe of the
+// first address).
+func (p *run) checkTLS() {
+	tr := p.transport
+	switch {
+	case tr.State == nil:
+		p.add(Check{Name: "tls", Status: Warn, Reason: "plaintext connection: commands, data and the password cross the network unencrypted",
+			Fix: "serve TLS (tls-port, port 0) and connect with --tls"})
+	case tr.Insecure:
+		p.add(Check{Name: "tls", Status: Warn, Reason: tr.Describe(), Fix: "give the servers' CA with --tls-ca instead of --tls-insecure"})
+	default:
+		p.add(Check{Name: "tls", Status: OK, Reason: tr.Describe()})
+	}
 }
 
 func (p *run) checkServer(ctx context.Context) {
@@ -770,10 +801,8 @@ func (p *run) checkSentinels(ctx context.Context) {
 	var errs []string
 	for _, a := range p.o.Addrs {
 		so := &redis.Options{Addr: a, Username: p.o.Username, Password: p.o.Password, DialTimeout: p.o.Timeout,
-			ReadTimeout: p.o.Timeout, WriteTimeout: p.o.Timeout, DisableIdentity: true, Dialer: p.o.Dialer}
-		if p.o.TLS {
-			so.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
-		}
+			ReadTimeout: p.o.Timeout, WriteTimeout: p.o.Timeout, DisableIdentity: true,
+			Dialer: tlsopt.WrapDialer(p.o.Dialer, p.o.TLSConfig), TLSConfig: p.o.TLSConfig}
 		s := redis.NewSentinelClient(so)
 		cctx, cancel := p.ctx(ctx)
 		if err := s.Ping(cctx).Err(); err != nil {
