@@ -64,15 +64,18 @@ func TestOwnershipEnds(t *testing.T) {
 		})
 
 		t.Run("renewals keep it open", func(t *testing.T) {
-			l := acquire(400 * time.Millisecond)
+			// Renewals every 300ms of a 1s lease: a stall of 700ms on CI's
+			// loaded machine still leaves the estimate running (400ms did
+			// not: the estimate ran out between two renewals there).
+			l := acquire(time.Second)
 			defer l.Release(ctx)
-			for range 4 {
-				time.Sleep(150 * time.Millisecond)
-				if ok, err := l.Renew(ctx, 400*time.Millisecond); !ok || err != nil {
+			for range 5 {
+				time.Sleep(300 * time.Millisecond)
+				if ok, err := l.Renew(ctx, time.Second); !ok || err != nil {
 					t.Fatal(ok, err)
 				}
 			}
-			// 600ms after acquisition: past the first estimate, within the renewed one.
+			// 1.5s after acquisition: past the first estimate, within the renewed one.
 			if closedWithin(l.Done(), 0) || l.State() != prim.StateHeld {
 				t.Fatalf("renewed handle ended: %v", l.State())
 			}
