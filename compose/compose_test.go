@@ -22,6 +22,7 @@ import (
 	"github.com/coordtorture/coordtorture/prim"
 	"github.com/coordtorture/coordtorture/scenarios"
 	"github.com/coordtorture/coordtorture/testbed"
+	"github.com/coordtorture/coordtorture/testbed/docker"
 )
 
 // composeCmd is the compose CLI: docker-compose (v1, as Debian ships it) or
@@ -55,19 +56,7 @@ func engine(t *testing.T) []string {
 	default:
 		t.Fatal("a Docker engine is reachable but neither docker-compose nor the docker compose plugin is installed")
 	}
-	var builds []string
-	for _, b := range testbed.Matrix() {
-		if b != testbed.CustomBuild {
-			builds = append(builds, b)
-		}
-	}
-	if len(builds) == 0 {
-		t.Skip("the matrix holds only a binary of your own (" + testbed.EnvServerBin + "), which has no image")
-	}
-	cmd := exec.Command("../scripts/build-images.sh", builds...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("scripts/build-images.sh %v: %v\n%s", builds, err, out)
-	}
+	builds := docker.NeedImages(t, testbed.Matrix()...)
 	return builds
 }
 

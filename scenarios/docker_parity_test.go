@@ -2,12 +2,10 @@ package scenarios_test
 
 import (
 	"context"
-	"os/exec"
 	"testing"
 	"time"
 
 	"github.com/coordtorture/coordtorture/scenarios"
-	"github.com/coordtorture/coordtorture/testbed"
 	"github.com/coordtorture/coordtorture/testbed/docker"
 )
 
@@ -19,19 +17,7 @@ import (
 // have the same effects on processes and containers. Skips only when no
 // Docker engine is reachable.
 func TestProviderParity(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	err := docker.Available(ctx)
-	cancel()
-	if err != nil {
-		t.Skipf("the docker provider needs a Docker engine: %v", err)
-	}
-	b := build()
-	if b == testbed.CustomBuild {
-		t.Skip("a binary of your own (" + testbed.EnvServerBin + ") has no image")
-	}
-	if out, err := exec.Command("../scripts/build-images.sh", b).CombinedOutput(); err != nil {
-		t.Fatalf("scripts/build-images.sh %s: %v\n%s", b, err, out)
-	}
+	b := docker.NeedImages(t, build())[0]
 	for _, name := range []string{
 		"fenced-lock/baseline",
 		"fenced-lock/partition-client",

@@ -2,15 +2,11 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/coordtorture/coordtorture/testbed"
 	"github.com/coordtorture/coordtorture/testbed/docker"
 )
 
@@ -18,19 +14,7 @@ import (
 // servers in containers of the build's local image, and the report names the
 // provider and the image. Skips only when no Docker engine is reachable.
 func TestDockerProvider(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	err := docker.Available(ctx)
-	cancel()
-	if err != nil {
-		t.Skipf("the docker provider needs a Docker engine: %v", err)
-	}
-	b := build()
-	if b == testbed.CustomBuild {
-		t.Skip("a binary of your own (" + testbed.EnvServerBin + ") has no image")
-	}
-	if out, err := exec.Command("../../scripts/build-images.sh", b).CombinedOutput(); err != nil {
-		t.Fatalf("scripts/build-images.sh %s: %v\n%s", b, err, out)
-	}
+	b := docker.NeedImages(t, build())[0]
 	dir := t.TempDir()
 	var out, errb bytes.Buffer
 	args := []string{"run", "--provider", "docker", "--server", b, "--duration", "2s", "--seed", "3",
