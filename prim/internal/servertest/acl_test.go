@@ -35,8 +35,10 @@ type warnLog struct {
 
 func (w *warnLog) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
 func (w *warnLog) Handle(_ context.Context, r slog.Record) error {
+	msg := r.Message
+	r.Attrs(func(a slog.Attr) bool { msg += " " + a.String(); return true })
 	w.mu.Lock()
-	w.msgs = append(w.msgs, r.Message)
+	w.msgs = append(w.msgs, msg)
 	w.mu.Unlock()
 	return nil
 }
@@ -213,6 +215,57 @@ func TestLeastPrivilegeFencedLock(t *testing.T) {
 				return err
 			})
 		})
+	})
+}
+
+// TestLeastPrivilegeUncertainRenewalUnfenced: without CLIENT KILL, a renewal
+// whose outcome is uncertain (the server paused for writes, the renewal's
+// context ends first) returns ErrUncertain within the context's bound and
+// fails closed; the fence that follows in the background is refused, which is
+// logged at Warn with the server's permission error, and the background work
+// ends within what a user notices.
+func TestLeastPrivilegeUncertainRenewalUnfenced(t *testing.T) {
+	forEachBuild(t, func(t *testing.T, e *env) {
+		ctx := ctxT(t, time.Minute)
+		lease, fence := e.k("{k}:lease"), e.k("{k}:fence")
+		u := e.user(t, ctx, prim.ACLFencedLock, "-client|kill")
+		l, err := u.co.TryAcquireFencedLock(ctx, lease, fence, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Release(ctx)
+		// The scripts are loaded and the dedicated connection is made.
+		if ok, err := l.Renew(ctx, 10*time.Second); !ok || err != nil {
+			t.Fatalf("Renew: %v %v", ok, err)
+		}
+		if err := e.admin.Do(ctx, "CLIENT", "PAUSE", 10000, "WRITE").Err(); err != nil {
+			t.Fatal(err)
+		}
+		unpause := func() { e.admin.Do(context.Background(), "CLIENT", "UNPAUSE") }
+		defer unpause()
+		rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		start := time.Now()
+		ok, err := l.Renew(rctx, 10*time.Second)
+		cancel()
+		if ok || !errors.Is(err, prim.ErrUncertain) {
+			t.Fatalf("renewal under a write pause: %v %v; want ErrUncertain", ok, err)
+		}
+		if took := time.Since(start); took > noticeable {
+			t.Fatalf("the uncertain renewal took %v", took)
+		}
+		// The renewal completes once the server resumes; then the fence.
+		unpause()
+		if l.State() == prim.StateHeld {
+			t.Fatalf("the handle is still held after an uncertain renewal")
+		}
+		wctx, wcancel := context.WithTimeout(ctx, noticeable)
+		defer wcancel()
+		if err := u.co.WaitCleanups(wctx); err != nil {
+			t.Fatalf("the background fence did not end within %v: %v", noticeable, err)
+		}
+		if w := u.log.all(); !strings.Contains(w, "could not fence") || !strings.Contains(strings.ToLower(w), "no permissions") {
+			t.Errorf("no warning about the fence refused for permissions: %q", w)
+		}
 	})
 }
 
@@ -475,6 +528,40 @@ func TestLeastPrivilegeLatch(t *testing.T) {
 			}
 			if w := u.log.all(); w != "" {
 				t.Errorf("warnings: %s", w)
+			}
+		})
+		t.Run("without the channel Wait re-reads", func(t *testing.T) {
+			e.admin.Del(ctx, key)
+			u := e.user(t, ctx, rules(prim.ACLCountdownLatch, prim.ACLWaiting, "resetchannels"))
+			l, err := u.co.CreateCountdownLatch(ctx, key, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan error, 1)
+			go func() {
+				_, err := l.Wait(ctx)
+				got <- err
+			}()
+			time.Sleep(100 * time.Millisecond) // Wait waits
+			if _, err := l.CountDown(ctx); err != nil {
+				t.Fatal(err)
+			}
+			counted := time.Now()
+			select {
+			case err := <-got:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(noticeable):
+				t.Fatalf("Wait did not return within %v of the count reaching 0", noticeable)
+			}
+			// Without invalidations Wait re-reads every 250ms; a user notices a
+			// second.
+			if took := time.Since(counted); took > time.Second {
+				t.Errorf("Wait returned %v after the count reached 0", took)
+			}
+			if w := u.log.all(); !strings.Contains(w, "subscription refused") {
+				t.Errorf("no warning about the refused subscription: %q", w)
 			}
 		})
 		t.Run("without HINCRBY", func(t *testing.T) {
