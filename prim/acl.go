@@ -97,7 +97,10 @@ const (
 	// primitives (fenced-lock renewals, hash leases, read-write leases,
 	// semaphores) sends ASKING to follow an ASK redirection while a slot
 	// migrates; without it such operations fail with [ErrNoPermission]
-	// during the migration. The cluster client itself needs what go-redis
-	// sends to learn the slot map (CLUSTER SLOTS).
+	// during the migration. The cluster client itself needs what it sends to
+	// learn the slot map and the commands' key positions: go-redis v9 sends
+	// CLUSTER SLOTS and COMMAND (+cluster|slots +command), which no rule here
+	// includes. Unlike the other rules, this one is not exercised by prim's
+	// tests on a cluster.
 	ACLCluster = "+asking"
 )

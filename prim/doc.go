@@ -602,7 +602,8 @@
 //   - [ACLCluster] (+asking, Redis Cluster): the dedicated connection of the
 //     fencing primitives follows an ASK redirection while a slot migrates;
 //     without it those operations fail with [ErrNoPermission] during the
-//     migration.
+//     migration. go-redis's cluster client sends CLUSTER SLOTS and COMMAND
+//     itself: grant +cluster|slots +command as well.
 //
 // SET IFEQ (Redis 8.4+, Valkey 8.1+) is SET, in every fenced-lock rule.
 // `coordtorture preflight` checks a deployment's user against the same lists
