@@ -1,6 +1,7 @@
 package prim
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -114,4 +115,28 @@ func contains(s []string, x string) bool {
 		}
 	}
 	return false
+}
+
+// TestRedlockErrorMatchesNodeRefusals: a Redlock failure matches the refusal
+// classes its nodes answered (a node's ACL without a command gives
+// ErrNoPermission) and its reason, but not a node's other errors: a node's
+// uncertain outcome or timeout is no reason to report the whole operation so.
+func TestRedlockErrorMatchesNodeRefusals(t *testing.T) {
+	noperm := &RefusedError{Code: "NOPERM", Reply: "NOPERM no permissions", class: ErrNoPermission}
+	err := error(&RedlockError{Op: "renew", Nodes: 3, Quorum: 2, reason: ErrNoQuorum,
+		NodeErrors: []error{noperm, ErrUncertain, ErrNodeTimeout}})
+	for _, want := range []error{ErrNoQuorum, ErrNoPermission, ErrServerRefused} {
+		if !errors.Is(err, want) {
+			t.Errorf("%v does not match %v", err, want)
+		}
+	}
+	for _, not := range []error{ErrUncertain, ErrNodeTimeout, ErrReadOnly, ErrNotAcquired, nil} {
+		if errors.Is(err, not) {
+			t.Errorf("%v matches %v", err, not)
+		}
+	}
+	err = &RedlockError{Op: "acquire", Nodes: 3, Quorum: 2, reason: ErrNotAcquired, NodeErrors: []error{nil, ErrHeldElsewhere, ErrHeldElsewhere}}
+	if errors.Is(err, ErrServerRefused) || errors.Is(err, ErrNoPermission) {
+		t.Errorf("contention alone matches a refusal: %v", err)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -58,7 +59,7 @@ type leastUser struct {
 	log  *warnLog
 }
 
-var aclSeq int
+var aclSeq atomic.Int64
 
 // knows reports whether the server knows the command (COMMAND INFO).
 func knows(ctx context.Context, admin *redis.Client, cmd string) bool {
@@ -68,11 +69,10 @@ func knows(ctx context.Context, admin *redis.Client, cmd string) bool {
 
 // newACLUser creates a user with rule (space-separated ACL SETUSER fields) on
 // the keys of pattern, then the changes of less (e.g. "-incr"), on every
-// admin, and a client of default options logged in as it through mk.
+// admin, and deletes it when the test ends. The password is "pw".
 func newACLUser(t *testing.T, ctx context.Context, admins []*redis.Client, pattern, rule string, less ...string) string {
 	t.Helper()
-	aclSeq++
-	name := fmt.Sprintf("acl-%d", aclSeq)
+	name := fmt.Sprintf("acl-%d", aclSeq.Add(1))
 	args := []any{"ACL", "SETUSER", name, "reset", "on", ">pw", "resetchannels", "~" + pattern}
 	for _, f := range strings.Fields(rule) {
 		args = append(args, f)
