@@ -89,6 +89,11 @@ func newACLUser(t *testing.T, ctx context.Context, admins []*redis.Client, patte
 	return name
 }
 
+// key is a key of this run of the test (the servers are shared, and kept
+// across -count runs): under the test's namespace, so its users' key pattern
+// covers it.
+func (e *env) key(k string) string { return e.ns + e.peer + ":" + k }
+
 func asUser(name string) testbed.ClientOption {
 	return testbed.WithOptions(func(o *redis.UniversalOptions) { o.Username, o.Password = name, "pw" })
 }
@@ -176,7 +181,7 @@ func TestLeastPrivilegeFencedLock(t *testing.T) {
 		if knows(ctx, e.admin, "delex") {
 			rule = rules(rule, prim.ACLFencedLockRelease)
 		}
-		lease, fence := e.k("{f}:lease"), e.k("{f}:fence")
+		lease, fence := e.key("{f}:lease"), e.key("{f}:fence")
 		t.Run("documented rule", func(t *testing.T) {
 			u := e.user(t, ctx, rule)
 			l, err := u.co.TryAcquireFencedLock(ctx, lease, fence, 10*time.Second)
@@ -227,7 +232,7 @@ func TestLeastPrivilegeFencedLock(t *testing.T) {
 func TestLeastPrivilegeUncertainRenewalUnfenced(t *testing.T) {
 	forEachBuild(t, func(t *testing.T, e *env) {
 		ctx := ctxT(t, time.Minute)
-		lease, fence := e.k("{k}:lease"), e.k("{k}:fence")
+		lease, fence := e.key("{k}:lease"), e.key("{k}:fence")
 		u := e.user(t, ctx, prim.ACLFencedLock, "-client|kill")
 		l, err := u.co.TryAcquireFencedLock(ctx, lease, fence, 10*time.Second)
 		if err != nil {
@@ -272,7 +277,7 @@ func TestLeastPrivilegeUncertainRenewalUnfenced(t *testing.T) {
 func TestLeastPrivilegeWaiting(t *testing.T) {
 	forEachBuild(t, func(t *testing.T, e *env) {
 		ctx := ctxT(t, time.Minute)
-		lease, fence := e.k("{w}:lease"), e.k("{w}:fence")
+		lease, fence := e.key("{w}:lease"), e.key("{w}:fence")
 		wait := func(t *testing.T, rule string, invalidations bool) {
 			u := e.user(t, ctx, rule)
 			holder, err := u.co.TryAcquireFencedLock(ctx, lease, fence, 30*time.Second)
@@ -345,7 +350,7 @@ func TestLeastPrivilegeHashLease(t *testing.T) {
 		if knows(ctx, e.admin, "hsetex") {
 			rule = rules(rule, prim.ACLHashLeaseHSETEX)
 		}
-		hash := e.k("leases")
+		hash := e.key("leases")
 		for _, r := range []struct{ name, rule string }{{"documented rule", rule}, {"without HSETEX", prim.ACLHashLease}} {
 			t.Run(r.name, func(t *testing.T) {
 				u := e.user(t, ctx, r.rule)
@@ -384,7 +389,7 @@ func TestLeastPrivilegeHashLease(t *testing.T) {
 func TestLeastPrivilegeRWLease(t *testing.T) {
 	forEachBuild(t, func(t *testing.T, e *env) {
 		ctx := ctxT(t, time.Minute)
-		key := e.k("rw")
+		key := e.key("rw")
 		t.Run("documented rule", func(t *testing.T) {
 			u := e.user(t, ctx, prim.ACLRWLease)
 			r1, err := u.co.TryAcquireReadLock(ctx, key, 10*time.Second)
@@ -442,7 +447,7 @@ func TestLeastPrivilegeRWLease(t *testing.T) {
 func TestLeastPrivilegeSemaphore(t *testing.T) {
 	forEachBuild(t, func(t *testing.T, e *env) {
 		ctx := ctxT(t, time.Minute)
-		key := e.k("sem")
+		key := e.key("sem")
 		t.Run("documented rule", func(t *testing.T) {
 			u := e.user(t, ctx, prim.ACLSemaphore)
 			s := u.co.Semaphore(key, 2)
@@ -484,7 +489,7 @@ func TestLeastPrivilegeSemaphore(t *testing.T) {
 func TestLeastPrivilegeLatch(t *testing.T) {
 	forEachBuild(t, func(t *testing.T, e *env) {
 		ctx := ctxT(t, time.Minute)
-		key := e.k("latch")
+		key := e.key("latch")
 		t.Run("documented rule", func(t *testing.T) {
 			u := e.user(t, ctx, rules(prim.ACLCountdownLatch, prim.ACLWaiting))
 			l, err := u.co.CreateCountdownLatch(ctx, key, 2)
@@ -600,7 +605,7 @@ func TestLeastPrivilegeRateLimiters(t *testing.T) {
 				return co.RateLimiters().TokenBucket(key, 2, 1, time.Minute)
 			}},
 		} {
-			key := e.k(strings.ReplaceAll(l.name, " ", "-"))
+			key := e.key(strings.ReplaceAll(l.name, " ", "-"))
 			t.Run(l.name, func(t *testing.T) {
 				rule := l.rule
 				if l.rule == prim.ACLFixedWindow && knows(ctx, e.admin, "increx") {
