@@ -555,35 +555,49 @@
 //
 // is a user of fenced locks, waiting included, on the keys {orders}*.
 //
-//   - Fenced locks ([ACLFencedLock]): +evalsha +eval +get +pttl +incr +set +pexpire +del +client|info +client|kill
-//     — TryAcquireFencedLock's script runs PTTL, GET, INCR and SET on both
-//     keys; Renew runs on a dedicated connection (CLIENT INFO), sends SET IFEQ
-//     where the server has it or the script (GET, PEXPIRE), and fences an
-//     uncertain renewal with CLIENT KILL; VerifyStillHeld's script runs GET
-//     and PTTL; Release and Close run the script (GET, DEL).
-//   - Waiting ([ACLWaiting], with the primitive's own rule, for
-//     AcquireFencedLock, AcquireLease and CountdownLatch.Wait): +client|id +client|tracking +subscribe +ping &__redis__:invalidate
-//     — the watcher's CLIENT ID, CLIENT TRACKING, SUBSCRIBE and PING, the
-//     channel __redis__:invalidate, and the read of the key (PTTL, HPTTL or
-//     HMGET, in the primitive's rule). Optional: without it waiting falls back
-//     to polling, as described above (a refused subscription is logged once at
+// The rules, exactly:
+//
+//	fenced locks             +evalsha +eval +get +pttl +incr +set +pexpire +del +client|info +client|kill
+//	waiting (in addition)    +client|id +client|tracking +subscribe +ping &__redis__:invalidate
+//	hash-field leases        +evalsha +eval +hpttl +pttl +hget +hset +hpexpire +hdel +client|info +client|kill
+//	read-write leases        +evalsha +eval +time +type +zremrangebyscore +zcard +zrange +zadd +zscore +zrem +pexpireat +client|info +client|kill
+//	semaphores               +evalsha +eval +time +type +zremrangebyscore +zscore +zrangebyscore +zrange +zcard +zadd +zrem +pexpireat +persist +del +client|info +client|kill
+//	countdown latches        +evalsha +eval +type +hget +hset +hmget +hincrby
+//	fixed-window limiters    +evalsha +eval +get +set +incrby +pexpire +pttl
+//	sliding-window limiters  +evalsha +eval +time +hgetall +hincrby +hdel +pexpireat
+//	token-bucket limiters    +evalsha +eval +time +exists +hmget +hset +pexpireat
+//	Redlock (every node)     +set +evalsha +eval +get +pexpire +del
+//
+// What each command is for:
+//
+//   - Fenced locks, [ACLFencedLock]: TryAcquireFencedLock's script runs PTTL,
+//     GET, INCR and SET on both keys; Renew runs on a dedicated connection
+//     (CLIENT INFO), sends SET IFEQ where the server has it or the script (GET,
+//     PEXPIRE), and fences an uncertain renewal with CLIENT KILL;
+//     VerifyStillHeld's script runs GET and PTTL; Release and Close run the
+//     script (GET, DEL).
+//   - Waiting, [ACLWaiting], with the primitive's own rule, for
+//     AcquireFencedLock, AcquireLease and CountdownLatch.Wait: the watcher's
+//     CLIENT ID, CLIENT TRACKING, SUBSCRIBE and PING, the channel
+//     __redis__:invalidate, and the read of the key (PTTL, HPTTL or HMGET, in
+//     the primitive's rule). Optional: without it waiting falls back to
+//     polling, as described above (a refused subscription is logged once at
 //     Warn and counted in prim.waiting.degraded).
-//   - Named leases in hash fields ([ACLHashLease]): +evalsha +eval +hpttl +pttl +hget +hset +hpexpire +hdel +client|info +client|kill
-//     — the scripts, and the dedicated connection that fences uncertain
-//     acquisitions and renewals. HPTTL and HPEXPIRE exist on Redis 7.4+ and
-//     Valkey 9+ only: older servers refuse the rule, as they have no hash
-//     leases.
-//   - Read-write leases ([ACLRWLease]): +evalsha +eval +time +type +zremrangebyscore +zcard +zrange +zadd +zscore +zrem +pexpireat +client|info +client|kill
-//   - Semaphores ([ACLSemaphore]): +evalsha +eval +time +type +zremrangebyscore +zscore +zrangebyscore +zrange +zcard +zadd +zrem +pexpireat +persist +del +client|info +client|kill
-//   - Countdown latches ([ACLCountdownLatch]): +evalsha +eval +type +hget +hset +hmget +hincrby
-//     — and [ACLWaiting] for Wait to wake on invalidations (without it Wait
-//     re-reads every 250ms).
-//   - Fixed-window limiters ([ACLFixedWindow]): +evalsha +eval +get +set +incrby +pexpire +pttl
-//   - Sliding-window limiters ([ACLSlidingWindow]): +evalsha +eval +time +hgetall +hincrby +hdel +pexpireat
-//   - Token-bucket limiters ([ACLTokenBucket]): +evalsha +eval +time +exists +hmget +hset +pexpireat
-//   - Redlock ([ACLRedlock]), on every node of the group: +set +evalsha +eval +get +pexpire +del
-//     — a failed acquisition, renewal or release then matches
-//     [ErrNoPermission] as well as its reason.
+//   - Named leases in hash fields, [ACLHashLease]: the scripts, and the
+//     dedicated connection that fences uncertain acquisitions and renewals.
+//     HPTTL and HPEXPIRE exist on Redis 7.4+ and Valkey 9+ only: older
+//     servers refuse the rule, as they have no hash leases.
+//   - Read-write leases, [ACLRWLease], and semaphores, [ACLSemaphore]: the
+//     scripts, and the dedicated connection of acquisitions (semaphores) and
+//     renewals, fenced with CLIENT KILL when their outcome is uncertain.
+//   - Countdown latches, [ACLCountdownLatch]: the scripts and HMGET (Join,
+//     Count); [ACLWaiting] too for Wait to wake on invalidations (without it
+//     Wait re-reads every 250ms).
+//   - Rate limiters: [ACLFixedWindow], [ACLSlidingWindow], [ACLTokenBucket],
+//     each its script's commands.
+//   - Redlock, [ACLRedlock], on every node of the group: a failed
+//     acquisition, renewal or release then matches [ErrNoPermission] as well
+//     as its reason.
 //
 // Optional commands of newer servers, each a fast path with a fallback that
 // the rules above allow. ACL SETUSER refuses a rule naming a command the
