@@ -98,9 +98,13 @@ const (
 	// semaphores) sends ASKING to follow an ASK redirection while a slot
 	// migrates; without it such operations fail with [ErrNoPermission]
 	// during the migration. The cluster client itself needs what it sends to
-	// learn the slot map and the commands' key positions: go-redis v9 sends
-	// CLUSTER SLOTS and COMMAND (+cluster|slots +command), which no rule here
-	// includes. Unlike the other rules, this one is not exercised by prim's
-	// tests on a cluster.
+	// learn the slot map and the commands' key positions, which no rule here
+	// includes: go-redis v9 sends CLUSTER SLOTS (without +cluster|slots every
+	// command fails with ErrNoPermission) and COMMAND (without +command it
+	// logs a refusal on every command). A user with [ACLFencedLock],
+	// [ACLWaiting], [ACLRWLease], ACLCluster and +cluster|slots +command ran
+	// fenced locks and read-write leases on a 3-primary cluster of every
+	// build of the test matrix; that check is not part of the test suite (a
+	// cluster per build is too slow for it).
 	ACLCluster = "+asking"
 )

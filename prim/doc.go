@@ -617,7 +617,8 @@
 //     fencing primitives follows an ASK redirection while a slot migrates;
 //     without it those operations fail with [ErrNoPermission] during the
 //     migration. go-redis's cluster client sends CLUSTER SLOTS and COMMAND
-//     itself: grant +cluster|slots +command as well.
+//     itself: grant +cluster|slots +command as well (without +cluster|slots
+//     every command fails with [ErrNoPermission]).
 //
 // SET IFEQ (Redis 8.4+, Valkey 8.1+) is SET, in every fenced-lock rule.
 // `coordtorture preflight` checks a deployment's user against the same lists
