@@ -77,13 +77,17 @@ func TestProviderParity(t *testing.T) {
 				t.Logf("%s on %s: %s (hazard %q) in %v", name, provider, o.Verdict, o.Hazard, time.Since(start).Round(time.Millisecond))
 				verdicts[provider] = o.Verdict
 			}
-			// failover-sentinel's hazard is there or not by timing (the last
-			// increments may or may not have replicated: its summary says
-			// so), on either provider: there, HAZARD against PASS is no
-			// difference between them; FAIL or UNKNOWN on either side is.
-			mayDiffer := name == "fenced-lock/failover-sentinel"
-			if verdicts["local"] != verdicts["docker"] && !mayDiffer {
-				t.Errorf("%s: %s on local, %s on docker", name, verdicts["local"], verdicts["docker"])
+			// A scenario that may show its hazard (failover-sentinel: the
+			// last increments may or may not have replicated;
+			// kill-restart-noaof: an acquisition after the restart may or
+			// may not come before the run ends, and a container restarts in
+			// a second and a half where a process takes milliseconds) shows
+			// it or not by timing, on either provider: HAZARD against PASS is
+			// no difference between them there; FAIL or UNKNOWN on either
+			// side is.
+			mayDiffer := false
+			for _, p := range ss[0].Properties {
+				mayDiffer = mayDiffer || p.Expect == scenarios.MayHazard
 			}
 			for p, v := range verdicts {
 				if v == scenarios.Fail || v == scenarios.Unknown {

@@ -30,6 +30,29 @@ type LockImpl interface {
 	TryAcquire(ctx context.Context, c redis.UniversalClient, key string, ttl time.Duration) (Held, error)
 }
 
+// notALock stands for an implementation of another family (a rate limiter,
+// semaphore, read-write lease, countdown latch or Redlock) where the runner
+// expects a LockImpl: its name, no fencing, what it declares about uncertain
+// renewals, and no lock (its own workload calls it directly).
+type notALock struct {
+	impl interface{ Name() string }
+	what string // "a semaphore"…, for the error of TryAcquire
+}
+
+func (a notALock) Name() string { return a.impl.Name() }
+func (notALock) Fenced() bool   { return false }
+
+// UncertainRenewalReleases passes on what the implementation says
+// (models.Options.UncertainRenewalReleases).
+func (a notALock) UncertainRenewalReleases() bool {
+	u, ok := a.impl.(interface{ UncertainRenewalReleases() bool })
+	return ok && u.UncertainRenewalReleases()
+}
+
+func (a notALock) TryAcquire(context.Context, redis.UniversalClient, string, time.Duration) (Held, error) {
+	return nil, fmt.Errorf("scenarios: %s is %s, not a lock", a.impl.Name(), a.what)
+}
+
 // Held is an acquired lock.
 type Held interface {
 	Token() int64 // 0 when unfenced

@@ -2,9 +2,7 @@ package scenarios
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -90,16 +88,6 @@ func PrimCountdownLatch(l Latch) *prim.CountdownLatch {
 		return p.CountdownLatch
 	}
 	return nil
-}
-
-// latchAsLock stands for a latch implementation where the runner expects a
-// lock implementation (its name; no fencing, no lock).
-type latchAsLock struct{ l LatchImpl }
-
-func (a latchAsLock) Name() string { return a.l.Name() }
-func (latchAsLock) Fenced() bool   { return false }
-func (a latchAsLock) TryAcquire(context.Context, redis.UniversalClient, string, time.Duration) (Held, error) {
-	return nil, fmt.Errorf("scenarios: %s is a countdown latch, not a lock", a.l.Name())
 }
 
 type primLatchImpl struct{}

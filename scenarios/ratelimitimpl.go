@@ -160,16 +160,6 @@ func limiterImplsFor(algo string) []string {
 	return out
 }
 
-// asLock stands for a rate limiter implementation where the runner expects
-// a lock implementation (its name; no fencing, no lock).
-type asLock struct{ l LimiterImpl }
-
-func (a asLock) Name() string { return a.l.Name() }
-func (asLock) Fenced() bool   { return false }
-func (a asLock) TryAcquire(context.Context, redis.UniversalClient, string, time.Duration) (Held, error) {
-	return nil, fmt.Errorf("scenarios: %s is a rate limiter, not a lock", a.l.Name())
-}
-
 // primLimiters is prim's rate limiters, one prim.Coordinator per client (as
 // a service would have), each limiter with a local queue for Wait.
 type primLimiters struct {

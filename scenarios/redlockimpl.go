@@ -85,24 +85,6 @@ func lookupRedlock(name string) (RedlockImpl, bool) {
 	return l, ok
 }
 
-// asRedlockLock stands for a Redlock implementation where the runner
-// expects a LockImpl (naming, the resource, which is unfenced: Redlock hands
-// out no fencing token). The workload calls the RedlockImpl itself.
-type asRedlockLock struct{ l RedlockImpl }
-
-func (a asRedlockLock) Name() string { return a.l.Name() }
-func (asRedlockLock) Fenced() bool   { return false }
-
-// UncertainRenewalReleases passes the implementation's declaration on
-// (models.Options.UncertainRenewalReleases).
-func (a asRedlockLock) UncertainRenewalReleases() bool {
-	u, ok := a.l.(interface{ UncertainRenewalReleases() bool })
-	return ok && u.UncertainRenewalReleases()
-}
-func (a asRedlockLock) TryAcquire(context.Context, redis.UniversalClient, string, time.Duration) (Held, error) {
-	return nil, fmt.Errorf("scenarios: %s is a Redlock implementation: it needs one client per node", a.l.Name())
-}
-
 // redlockNodeTimeout is the node timeout every Redlock implementation of a
 // run uses: prim's default.
 const redlockNodeTimeout = prim.DefaultNodeTimeout

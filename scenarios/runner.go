@@ -292,19 +292,19 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 		if !ok {
 			return nil, fmt.Errorf("scenarios: %s runs Redlock; %q is none (prim, redsync, or a mutant: %v)", s.Name, cfg.Impl, RedlockMutants())
 		}
-		rl, impl = l, asRedlockLock{l}
+		rl, impl = l, notALock{l, "a Redlock implementation (it needs one client per node)"}
 	} else if s.Latches {
 		l, ok := lookupLatch(cfg.Impl)
 		if !ok {
 			return nil, fmt.Errorf("scenarios: %s runs countdown latches; %q is none (prim, or a mutant: %v)", s.Name, cfg.Impl, LatchMutants())
 		}
-		latch, impl = l, latchAsLock{l}
+		latch, impl = l, notALock{l, "a countdown latch"}
 	} else if s.RW {
 		l, ok := lookupRW(cfg.Impl)
 		if !ok {
 			return nil, fmt.Errorf("scenarios: %s runs read-write leases; %q is none (prim, or a mutant: %v)", s.Name, cfg.Impl, RWMutants())
 		}
-		rw, impl = l, asRWLock{l}
+		rw, impl = l, notALock{l, "a read-write lease"}
 	} else if s.Algo != "" {
 		l, ok := lookupLimiter(cfg.Impl)
 		if !ok {
@@ -314,13 +314,13 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 		if !slices.Contains(l.Algos(), s.Algo) {
 			return nil, fmt.Errorf("scenarios: %s is a %s limiter scenario; %s implements %v", s.Name, s.Algo, l.Name(), l.Algos())
 		}
-		limiter, impl = l, asLock{l}
+		limiter, impl = l, notALock{l, "a rate limiter"}
 	} else if s.Sem {
 		si, ok := lookupSem(cfg.Impl)
 		if !ok {
 			return nil, fmt.Errorf("scenarios: %s runs semaphores; %q is none (prim, or a mutant: %v)", s.Name, cfg.Impl, SemMutants())
 		}
-		sem, impl = si, asSemLock{si}
+		sem, impl = si, notALock{si, "a semaphore"}
 	} else {
 		var err error
 		if impl, err = NewImpl(cfg.Impl); err != nil {
@@ -459,6 +459,7 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	}
 	// The nemesis records its events in the history as one more process.
 	nemesisProc := cfg.Clients
+	warmUp(ctx, env)
 
 	start := time.Now()
 	env.Rec = history.NewRecorder(start)
@@ -776,4 +777,30 @@ func firstLine(s string) string {
 		return s[:i]
 	}
 	return s
+}
+
+// warmUp opens a connection on every client (each node client of an
+// independent set) before the history starts: a service's pool is warm, and
+// a cold one on a loaded machine made the first operations of a run miss a
+// 100ms node timeout while dialling through the proxies, which left the
+// period before the first fault (the only healthy one of a busy nemesis)
+// too few completions to judge progress. Errors are ignored: the workload
+// meets them, recorded.
+func warmUp(ctx context.Context, env *Env) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var cs []redis.UniversalClient
+	if env.NodeClients != nil {
+		for _, nodes := range env.NodeClients {
+			cs = append(cs, nodes...)
+		}
+	} else {
+		cs = env.Clients
+	}
+	var wg sync.WaitGroup
+	for _, c := range cs {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = c.Ping(ctx).Err() }()
+	}
+	wg.Wait()
 }

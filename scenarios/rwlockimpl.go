@@ -61,16 +61,6 @@ func lookupRW(name string) (RWImpl, bool) {
 	return l, ok
 }
 
-// asRWLock stands for a read-write lease implementation where the runner
-// expects a lock implementation (its name; no fencing, no exclusive lock).
-type asRWLock struct{ l RWImpl }
-
-func (a asRWLock) Name() string { return a.l.Name() }
-func (asRWLock) Fenced() bool   { return false }
-func (a asRWLock) TryAcquire(context.Context, redis.UniversalClient, string, time.Duration) (Held, error) {
-	return nil, fmt.Errorf("scenarios: %s is a read-write lease, not a lock", a.l.Name())
-}
-
 // primRW is prim's read-write leases, one prim.Coordinator per client, as a
 // service would have.
 type primRW struct {
@@ -100,13 +90,6 @@ func (p *primRW) TryAcquire(ctx context.Context, c redis.UniversalClient, key st
 		return nil, fmt.Errorf("%w: %w", ErrUncertain, err)
 	}
 	return nil, err
-}
-
-// UncertainRenewalReleases passes on what the read-write lease
-// implementation says (models.Options.UncertainRenewalReleases).
-func (a asRWLock) UncertainRenewalReleases() bool {
-	u, ok := a.l.(interface{ UncertainRenewalReleases() bool })
-	return ok && u.UncertainRenewalReleases()
 }
 
 // UncertainRenewalReleases: a read-write lease whose renewal is uncertain

@@ -68,6 +68,7 @@ func semWorkload(stall float64, stallFor func(ttl time.Duration) time.Duration, 
 			switch {
 			case err == nil:
 				rec.OK(proc, history.Op{Owner: p.Owner(), TTLMs: ttlMs})
+				env.holding.set(proc, true)
 			case errors.Is(err, ErrContended):
 				rec.Fail(proc, history.Op{})
 				sleep(ctx, backoff)
@@ -103,6 +104,7 @@ func semWorkload(stall float64, stallFor func(ttl time.Duration) time.Duration, 
 					_ = c.Close()
 				}
 			}
+			env.holding.set(proc, false)
 			sleep(ctx, pause)
 		}
 	}
@@ -197,8 +199,9 @@ func init() {
 		Topo:    clusterTopo, Properties: semProps(false)})
 }
 
-// semPartitionClients cuts one random client off from n1 for 5s, from 0.5s
-// in and then after 1–1.5s healed each time (a run needs 6s for one cut):
+// semPartitionClients cuts one client (a holder, when one holds a permit)
+// off from n1 for 5s, from 0.5s in and then after 1–1.5s healed each time
+// (a run needs 6s for one cut):
 // long enough for a release cut at its start to fail (its second), prim's
 // owner-token follow-up inside it to fail (another second), Close to fail
 // (a third) and the background clean-up's one attempt in its window
@@ -210,7 +213,12 @@ func semPartitionClients(r *rand.Rand, d time.Duration) []Event {
 	for at := 500 * time.Millisecond; at+hold < d; at += hold + time.Second + time.Duration(r.Int64N(int64(time.Second/2))) {
 		evs = append(evs,
 			Event{At: at, Name: "partition a client", Kind: models.NemesisFault, Do: func(_ context.Context, e *Env) error {
-				c := Peer(r.IntN(len(e.Clients)))
+				// A holder, when there is one: its release (or renewal)
+				// meets the cut at once, so the release, its follow-up,
+				// Close and the clean-up's window all run inside the cut
+				// and the clean-up gives up (an idle process could start
+				// them too late in the cut on a loaded machine).
+				c := Peer(e.holding.pick(r, len(e.Clients)))
 				e.Note("%s cut from n1", c)
 				return e.Topo.Partition(c, "n1")
 			}},

@@ -3,7 +3,6 @@ package scenarios
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -82,23 +81,6 @@ func lookupSem(name string) (SemImpl, bool) {
 func isSemImpl(name string) bool {
 	_, ok := semImpls[name]
 	return ok || name == "" || name == "prim"
-}
-
-// asSemLock stands for a semaphore implementation where the runner expects
-// a lock implementation (its name; no fencing, no lock).
-type asSemLock struct{ s SemImpl }
-
-func (a asSemLock) Name() string { return a.s.Name() }
-func (asSemLock) Fenced() bool   { return false }
-
-// UncertainRenewalReleases passes on what the semaphore implementation
-// says (models.Options.UncertainRenewalReleases).
-func (a asSemLock) UncertainRenewalReleases() bool {
-	u, ok := a.s.(interface{ UncertainRenewalReleases() bool })
-	return ok && u.UncertainRenewalReleases()
-}
-func (a asSemLock) TryAcquire(context.Context, redis.UniversalClient, string, time.Duration) (Held, error) {
-	return nil, fmt.Errorf("scenarios: %s is a semaphore, not a lock", a.s.Name())
 }
 
 // primSems is prim's semaphores, one prim.Coordinator per client (as a

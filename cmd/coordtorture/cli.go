@@ -486,42 +486,20 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		if ext != nil {
-			var keep []*scenarios.Scenario
-			for _, s := range ss {
-				if err := s.Runnable(true); err != nil {
-					if len(positional) == 1 && positional[0] == s.Name {
-						fmt.Fprintln(stderr, "coordtorture:", err)
-						return 2
-					}
-					fmt.Fprintf(stderr, "coordtorture: skipping %s (faults or own topology: local only)\n", s.Name)
-					continue
-				}
-				keep = append(keep, s)
-			}
-			if len(keep) == 0 {
-				fmt.Fprintln(stderr, "coordtorture: no scenario of that selection runs on an external deployment (see coordtorture list)")
+			if ss = keepRunnable(stderr, ss, positional, func(s *scenarios.Scenario) error { return s.Runnable(true) },
+				"faults or own topology: local only", "on an external deployment"); ss == nil {
 				return 2
 			}
-			ss = keep
 		}
 		if dock != nil {
-			var keep []*scenarios.Scenario
-			for _, s := range ss {
+			if ss = keepRunnable(stderr, ss, positional, func(s *scenarios.Scenario) error {
 				if s.MovesClock() {
-					if len(positional) == 1 && positional[0] == s.Name {
-						fmt.Fprintf(stderr, "coordtorture: %s moves a server's clock (a host library): it runs only with --provider local\n", s.Name)
-						return 2
-					}
-					fmt.Fprintf(stderr, "coordtorture: skipping %s (it moves a server's clock: local only)\n", s.Name)
-					continue
+					return fmt.Errorf("%s moves a server's clock (a host library): it runs only with --provider local", s.Name)
 				}
-				keep = append(keep, s)
-			}
-			if len(keep) == 0 {
-				fmt.Fprintln(stderr, "coordtorture: no scenario of that selection runs in containers (see coordtorture list)")
+				return nil
+			}, "it moves a server's clock: local only", "in containers"); ss == nil {
 				return 2
 			}
-			ss = keep
 		}
 		builds := []string{f.server}
 		if ext != nil {
@@ -676,4 +654,29 @@ func isTerminal(w io.Writer) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// keepRunnable keeps the scenarios of ss that runnable accepts where the run
+// goes (an external deployment, containers): each one left out is named on
+// stderr with why; a single scenario named on the command line that cannot
+// run there is an error (its reason), and so is a selection with nothing
+// left. It returns nil when the run must stop (exit 2).
+func keepRunnable(stderr io.Writer, ss []*scenarios.Scenario, positional []string, runnable func(*scenarios.Scenario) error, why, where string) []*scenarios.Scenario {
+	var keep []*scenarios.Scenario
+	for _, s := range ss {
+		if err := runnable(s); err != nil {
+			if len(positional) == 1 && positional[0] == s.Name {
+				fmt.Fprintln(stderr, "coordtorture:", err)
+				return nil
+			}
+			fmt.Fprintf(stderr, "coordtorture: skipping %s (%s)\n", s.Name, why)
+			continue
+		}
+		keep = append(keep, s)
+	}
+	if len(keep) == 0 {
+		fmt.Fprintf(stderr, "coordtorture: no scenario of that selection runs %s (see coordtorture list)\n", where)
+		return nil
+	}
+	return keep
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -310,5 +311,36 @@ func TestReplayInterrupted(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "again")); !os.IsNotExist(err) {
 		t.Errorf("a replay with nothing to run wrote %s: %v", filepath.Join(dir, "again"), err)
+	}
+}
+
+// TestKeepRunnable: the provider filters of run keep what can run there,
+// name what they leave out, and stop (nil) when a scenario named alone
+// cannot run there or nothing is left.
+func TestKeepRunnable(t *testing.T) {
+	ss, err := selectScenarios([]string{"fenced-lock/baseline", "fenced-lock/clock-skew"})
+	if err != nil || len(ss) != 2 {
+		t.Fatal(ss, err)
+	}
+	noSkew := func(s *scenarios.Scenario) error {
+		if s.MovesClock() {
+			return fmt.Errorf("%s moves a clock", s.Name)
+		}
+		return nil
+	}
+	var buf bytes.Buffer
+	keep := keepRunnable(&buf, ss, []string{"fenced-lock"}, noSkew, "why", "there")
+	if len(keep) != 1 || keep[0].Name != "fenced-lock/baseline" || !strings.Contains(buf.String(), "skipping fenced-lock/clock-skew (why)") {
+		t.Fatalf("kept %v, said %q", keep, buf.String())
+	}
+	buf.Reset()
+	if keep := keepRunnable(&buf, ss[1:], []string{"fenced-lock/clock-skew"}, noSkew, "why", "there"); keep != nil ||
+		!strings.Contains(buf.String(), "fenced-lock/clock-skew moves a clock") {
+		t.Fatalf("named alone: kept %v, said %q", keep, buf.String())
+	}
+	buf.Reset()
+	if keep := keepRunnable(&buf, ss[1:], []string{"*/clock-skew"}, noSkew, "why", "there"); keep != nil ||
+		!strings.Contains(buf.String(), "no scenario of that selection runs there") {
+		t.Fatalf("nothing left: kept %v, said %q", keep, buf.String())
 	}
 }

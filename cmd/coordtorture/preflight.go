@@ -14,7 +14,7 @@ import (
 )
 
 const preflightUsage = `Usage: coordtorture preflight --addr host:port[,host:port…] [--master-name NAME | --cluster]
-                            [--user NAME] [--tls] [--json] [--primitives LIST] [--key KEY]
+                            [--user NAME] [--tls] [--json] [--primitives LIST] [--key KEY[,KEY…]]
                             [--write-probe]
 
 Checks, read-only and in seconds, whether a Redis or Valkey deployment is
@@ -39,8 +39,12 @@ the harness scenario that shows the hazard:
   cluster                  with --cluster: cluster_state, all 16384 slots
   clock                    server TIME against this machine's clock
   tracking-table-max-keys, busy-reply-threshold (lua-time-limit)
-  acl/…                    ACL DRYRUN of every command each primitive sends, on
-                           --key (WARN when DRYRUN cannot be used)
+  acl/…                    whether the user may run every command each
+                           primitive sends, on each --key (one per key pattern
+                           of the user's), on every primary: ACL DRYRUN, or,
+                           when the user may not run it, each command queued
+                           in a MULTI that is discarded (never run); WARN when
+                           neither can be used
   write-probe/…            with --write-probe only: each primitive run once
                            through prim on probe keys, then the keys deleted
 Then which guarantees hold on this deployment, each with its scenario
@@ -67,7 +71,7 @@ func preflightCmd(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&asJSON, "json", false, "write the report as JSON")
 	fs.BoolVar(&probe, "write-probe", false, "also run each primitive once on keys under a random coordtorture:preflight:probe:… prefix, and delete them (the only mode that writes)")
 	fs.StringVar(&prims, "primitives", "", "comma-separated primitives the service uses (default all): "+strings.Join(preflight.Primitives(), ", "))
-	fs.StringVar(&key, "key", "", "a key of the service's, so the ACL checks match its key patterns (default coordtorture:preflight)")
+	fs.StringVar(&key, "key", "", "keys of the service's, comma-separated, one per key pattern of its ACL user, so the ACL checks match those patterns (default coordtorture:preflight)")
 	fs.DurationVar(&timeout, "timeout", 2*time.Second, "bound of each command")
 	fs.DurationVar(&clockWarn, "clock-warn", 100*time.Millisecond, "WARN above this client-versus-server clock offset")
 	pos, help, err := parseArgs(fs, args)
@@ -88,7 +92,7 @@ func preflightCmd(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	o := preflight.Options{Addrs: strings.Split(addr, ","), MasterName: masterName, Cluster: cluster, Username: user,
-		Password: os.Getenv("COORDTORTURE_PASSWORD"), TLS: useTLS, Key: key, Timeout: timeout, ClockWarn: clockWarn, WriteProbe: probe}
+		Password: os.Getenv("COORDTORTURE_PASSWORD"), TLS: useTLS, Keys: strings.Split(key, ","), Timeout: timeout, ClockWarn: clockWarn, WriteProbe: probe}
 	if prims != "" {
 		o.Primitives = strings.Split(prims, ",")
 	}

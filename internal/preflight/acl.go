@@ -25,10 +25,10 @@ type aclCmd struct {
 // aclCommands lists, per primitive, the commands prim sends (prim/doc.go's
 // ACL permissions and prim/scripts/*.lua's redis.call): the scripts' own
 // commands are checked one by one, since DRYRUN of EVAL checks only EVAL.
-func (p *run) aclCommands(prim string) []aclCmd {
-	k := p.o.Key
-	fence := "{" + k + "}:fence"
-	lease := "{" + k + "}:lease"
+func (p *run) aclCommands(prim, k string) []aclCmd {
+	// The key as given is the lease's (a fenced lock's lease key, a hash,
+	// a semaphore…); a fenced lock's counter appends ":fence" to it.
+	lease, fence := k, k+":fence"
 	req := func(a ...any) aclCmd { return aclCmd{args: a} }
 	opt := func(a ...any) aclCmd { return aclCmd{args: a, optional: true} }
 	scripts := func(keys ...any) []aclCmd {
@@ -80,17 +80,22 @@ func (p *run) aclCommands(prim string) []aclCmd {
 	return cs
 }
 
-// checkACL runs ACL DRYRUN for every command of every primitive in use, as
-// the connected user, on the primary (every primary of a cluster answers for
-// the same users only when their ACLs are kept alike: the first is asked).
+// checkACL checks, for every command of every primitive in use, whether the
+// connected user may run it on the service's key, on the primary, or on every
+// primary of a cluster (each node keeps its own ACL: a denial on some of them
+// names them). It asks ACL DRYRUN; when the user may not
+// run it (a service's least-privilege user usually may not) or the server has
+// none, it queues each command instead in a transaction it then discards
+// (MULTI … DISCARD): the server checks a command, its keys and its channels
+// against the user's ACL when it queues it, and runs none of them.
 func (p *run) checkACL(ctx context.Context) {
 	n := p.nodes[0]
 	user := p.r.User
 	cctx, cancel := p.ctx(ctx)
 	defer cancel()
+	ask, how := p.dryRun, ""
 	// Can DRYRUN be used at all?
-	err := n.Do(cctx, "ACL", "DRYRUN", user, "PING").Err()
-	if err != nil {
+	if err := n.Do(cctx, "ACL", "DRYRUN", user, "PING").Err(); err != nil {
 		why := err.Error()
 		switch {
 		case noperm(err):
@@ -98,14 +103,17 @@ func (p *run) checkACL(ctx context.Context) {
 		case strings.Contains(strings.ToLower(why), "unknown subcommand"), lacks(err, false):
 			why = "the server has no ACL DRYRUN (Redis 7+ / Valkey)"
 		}
-		for _, prim := range Primitives() {
-			if !p.uses(prim) {
-				continue
+		if qerr := p.canQueue(ctx, n); qerr != nil {
+			for _, prim := range Primitives() {
+				if !p.uses(prim) {
+					continue
+				}
+				p.add(Check{Name: "acl/" + prim, Status: Warn, Reason: "not checked: " + why + ", and commands cannot be queued in MULTI either (" + qerr.Error() + ")",
+					Fix: "as an admin: ACL DRYRUN <user> <command>…, or compare the user's rules with go doc ./prim (ACL permissions)"})
 			}
-			p.add(Check{Name: "acl/" + prim, Status: Warn, Reason: "not checked: " + why,
-				Fix: "as an admin: ACL DRYRUN <user> <command>…, or compare the user's rules with go doc ./prim (ACL permissions)"})
+			return
 		}
-		return
+		ask, how = p.queued, " (checked by queueing each command in a discarded MULTI: "+why+")"
 	}
 	p.facts.aclChecked = true
 	for _, prim := range Primitives() {
@@ -113,44 +121,68 @@ func (p *run) checkACL(ctx context.Context) {
 			continue
 		}
 		var denied, deniedOpt, skipped, effects []string
-		// One pipeline per primitive: a round trip, not one per command.
-		var cs []aclCmd
-		var cmds []*redis.Cmd
-		dctx, dcancel := p.ctx(ctx)
-		_, _ = n.Pipelined(dctx, func(pl redis.Pipeliner) error {
-			for _, c := range p.aclCommands(prim) {
-				if c.needs != nil && *c.needs != present {
-					continue // prim never sends it to this server
-				}
-				cs = append(cs, c)
-				cmds = append(cmds, pl.Do(dctx, append([]any{"ACL", "DRYRUN", user}, c.args...)...))
-			}
-			return nil
-		})
-		dcancel()
-		for i, c := range cs {
-			v, err := cmds[i].Text()
-			name := cmdName(c.args)
-			switch {
-			case err != nil && strings.Contains(err.Error(), "not found") && !strings.Contains(err.Error(), "User"):
-				skipped = append(skipped, name) // the server does not know it
-			case err != nil:
-				var re redis.Error
-				if !errors.As(err, &re) || strings.Contains(err.Error(), "User") {
-					p.add(Check{Name: "acl/" + prim, Status: Warn, Reason: "ACL DRYRUN failed: " + err.Error(), Fix: "rerun preflight"})
-					return
-				}
-				skipped = append(skipped, name+" ("+err.Error()+")")
-			case v != "OK":
-				if c.optional {
-					deniedOpt = append(deniedOpt, name)
-					effects = append(effects, effectOf(prim, c))
-				} else {
-					denied = append(denied, name)
+		// Every primary is asked (a cluster's nodes keep their own ACLs); a
+		// denial on some of them only names them.
+		on := map[string][]string{}
+		keyed := map[string][]string{}
+		var scoped, unscoped []string // denied for the key or channel, or the command itself
+		for _, node := range p.nodes {
+			for _, key := range p.o.Keys {
+				cs, answers := ask(ctx, node, prim, key)
+				for i, c := range cs {
+					v, err := answers[i].Text()
+					name := cmdName(c.args)
+					switch {
+					case err != nil && strings.Contains(err.Error(), "not found") && !strings.Contains(err.Error(), "User"):
+						skipped = append(skipped, name) // the server does not know it
+					case err != nil:
+						var re redis.Error
+						if !errors.As(err, &re) || strings.Contains(err.Error(), "User") {
+							p.add(Check{Name: "acl/" + prim, Status: Warn, Reason: "ACL check failed: " + err.Error(), Fix: "rerun preflight"})
+							return
+						}
+						skipped = append(skipped, name+" ("+err.Error()+")")
+					case v != "OK":
+						if l := strings.ToLower(v); strings.Contains(l, "key") || strings.Contains(l, "channel") {
+							scoped = append(scoped, name)
+						} else {
+							unscoped = append(unscoped, name)
+						}
+						if !contains(on[name], node.Options().Addr) {
+							on[name] = append(on[name], node.Options().Addr)
+						}
+						if !contains(keyed[name], key) {
+							keyed[name] = append(keyed[name], key)
+						}
+						if c.optional {
+							deniedOpt = append(deniedOpt, name)
+							effects = append(effects, effectOf(prim, c))
+						} else {
+							denied = append(denied, name)
+						}
+					}
 				}
 			}
 		}
+		where := func(names []string) []string {
+			var out []string
+			for _, n := range dedupe(names) {
+				var at []string
+				if len(p.o.Keys) > 1 && len(keyed[n]) < len(p.o.Keys) {
+					at = append(at, "for "+strings.Join(keyed[n], ", "))
+				}
+				if len(p.nodes) > 1 && len(on[n]) < len(p.nodes) {
+					at = append(at, "on "+strings.Join(on[n], ", "))
+				}
+				if len(at) > 0 {
+					n += " (" + strings.Join(at, "; ") + ")"
+				}
+				out = append(out, n)
+			}
+			return out
+		}
 		denied, deniedOpt = dedupe(denied), dedupe(deniedOpt)
+		deniedAt, deniedOptAt := where(denied), where(deniedOpt)
 		for _, d := range denied {
 			if d == "CLIENT KILL" {
 				p.facts.aclKillDenied = true
@@ -159,17 +191,18 @@ func (p *run) checkACL(ctx context.Context) {
 		if (prim == Waiting || prim == Latch) && len(deniedOpt) > 0 {
 			p.facts.waitDenied = true
 		}
-		rule := fmt.Sprintf("user %q on %s", user, p.o.Key)
+		rule := fmt.Sprintf("user %q on %s", user, strings.Join(p.o.Keys, ", "))
 		if skipped = dedupe(skipped); len(skipped) > 0 {
-			rule += " (not checked, the server refused the dry run: " + strings.Join(skipped, ", ") + ")"
+			rule += " (not checked, the server refused the check: " + strings.Join(skipped, ", ") + ")"
 		}
+		rule += how
 		switch {
 		case len(denied) > 0:
-			reason := rule + ": denied " + strings.Join(denied, ", ")
+			reason := rule + ": denied " + strings.Join(deniedAt, ", ")
 			if len(deniedOpt) > 0 {
-				reason += "; and (optional) " + strings.Join(deniedOpt, ", ")
+				reason += "; and (optional) " + strings.Join(deniedOptAt, ", ")
 			}
-			fix := "grant " + aclRule(append(denied, deniedOpt...))
+			fix := p.aclFix(append(denied, deniedOpt...), scoped, unscoped)
 			sc := ""
 			if contains(denied, "CLIENT KILL") || contains(denied, "CLIENT INFO") {
 				reason += " (uncertain commands cannot be fenced)"
@@ -178,8 +211,8 @@ func (p *run) checkACL(ctx context.Context) {
 			p.add(Check{Name: "acl/" + prim, Status: Fail, Reason: reason, Fix: fix, Scenario: sc})
 		case len(deniedOpt) > 0:
 			what := strings.Join(dedupe(effects), "; ")
-			p.add(Check{Name: "acl/" + prim, Status: Warn, Reason: rule + ": denied " + strings.Join(deniedOpt, ", ") + ": " + what,
-				Fix: "grant " + aclRule(deniedOpt)})
+			p.add(Check{Name: "acl/" + prim, Status: Warn, Reason: rule + ": denied " + strings.Join(deniedOptAt, ", ") + ": " + what,
+				Fix: p.aclFix(deniedOpt, scoped, unscoped)})
 		default:
 			p.add(Check{Name: "acl/" + prim, Status: OK, Reason: rule + ": every command allowed"})
 		}
@@ -237,4 +270,136 @@ func aclRule(names []string) string {
 		}
 	}
 	return strings.Join(rules, " ")
+}
+
+// aclAnswer is the server's answer about one command: Text() "OK" when
+// allowed, another text (the denial) when not, or an error when the check
+// itself failed.
+type aclAnswer interface{ Text() (string, error) }
+
+// commandsFor lists the commands of prim that prim sends to this server.
+func (p *run) commandsFor(prim, key string) []aclCmd {
+	var cs []aclCmd
+	for _, c := range p.aclCommands(prim, key) {
+		if c.needs != nil && *c.needs != present {
+			continue // prim never sends it to this server
+		}
+		cs = append(cs, c)
+	}
+	return cs
+}
+
+// dryRun asks ACL DRYRUN about every command of prim, in one pipeline (a
+// round trip, not one per command).
+func (p *run) dryRun(ctx context.Context, n *redis.Client, prim, key string) ([]aclCmd, []aclAnswer) {
+	cs := p.commandsFor(prim, key)
+	out := make([]aclAnswer, len(cs))
+	dctx, cancel := p.ctx(ctx)
+	defer cancel()
+	_, _ = n.Pipelined(dctx, func(pl redis.Pipeliner) error {
+		for i, c := range cs {
+			out[i] = pl.Do(dctx, append([]any{"ACL", "DRYRUN", p.r.User}, c.args...)...)
+		}
+		return nil
+	})
+	return cs, out
+}
+
+// canQueue reports whether this user can open a transaction and discard it
+// (the queued check's frame).
+func (p *run) canQueue(ctx context.Context, n *redis.Client) error {
+	qctx, cancel := p.ctx(ctx)
+	defer cancel()
+	conn := n.Conn()
+	defer conn.Close()
+	var multi, discard *redis.Cmd
+	_, _ = conn.Pipelined(qctx, func(pl redis.Pipeliner) error {
+		multi, discard = pl.Do(qctx, "MULTI"), pl.Do(qctx, "DISCARD")
+		return nil
+	})
+	if err := multi.Err(); err != nil {
+		return err
+	}
+	return discard.Err()
+}
+
+// queued checks every command of prim by queueing it in a transaction that
+// is then discarded, on a connection of its own, in one pipeline: QUEUED
+// means the ACL allows the command with its keys and channels (a cluster
+// node's MOVED or ASK, which comes after the ACL check, too); NOPERM that it
+// does not. Nothing queued runs.
+func (p *run) queued(ctx context.Context, n *redis.Client, prim, key string) ([]aclCmd, []aclAnswer) {
+	cs := p.commandsFor(prim, key)
+	out := make([]aclAnswer, len(cs))
+	qctx, cancel := p.ctx(ctx)
+	defer cancel()
+	conn := n.Conn()
+	defer conn.Close()
+	cmds := make([]*redis.Cmd, len(cs))
+	_, _ = conn.Pipelined(qctx, func(pl redis.Pipeliner) error {
+		pl.Do(qctx, "MULTI")
+		for i, c := range cs {
+			cmds[i] = pl.Do(qctx, c.args...)
+		}
+		pl.Do(qctx, "DISCARD")
+		return nil
+	})
+	for i, c := range cmds {
+		out[i] = queuedAnswer{c}
+	}
+	return cs, out
+}
+
+// queuedAnswer reads a queued command's reply as DRYRUN's.
+type queuedAnswer struct{ c *redis.Cmd }
+
+func (q queuedAnswer) Text() (string, error) {
+	v, err := q.c.Text()
+	switch {
+	case err == nil && v == "QUEUED":
+		return "OK", nil
+	case err == nil:
+		return "", fmt.Errorf("unexpected reply %q to a queued command", v)
+	case noperm(err):
+		return err.Error(), nil
+	}
+	msg := err.Error()
+	for _, redirect := range []string{"MOVED ", "ASK ", "CROSSSLOT", "TRYAGAIN"} {
+		if strings.HasPrefix(msg, redirect) {
+			return "OK", nil // the cluster redirects after the ACL allowed it
+		}
+	}
+	if lacks(err, false) {
+		return "", errors.New("command not found") // as DRYRUN says it
+	}
+	return "", err
+}
+
+// aclFix says what to grant: the commands denied as such, and key (or
+// channel) patterns for those denied only for the keys or channels checked.
+func (p *run) aclFix(names, scoped, unscoped []string) string {
+	var cmds []string
+	keys, chans := false, false
+	for _, n := range names {
+		switch {
+		case contains(unscoped, n):
+			cmds = append(cmds, n)
+		case contains(scoped, n) && n == "SUBSCRIBE":
+			chans = true
+		case contains(scoped, n):
+			keys = true
+		}
+	}
+	var parts []string
+	if len(cmds) > 0 {
+		parts = append(parts, "grant "+aclRule(cmds))
+	}
+	if keys {
+		parts = append(parts, "add key patterns (~…) covering "+strings.Join(p.o.Keys, ", ")+
+			" and the keys derived from them (a fenced lock's counter appends :fence)")
+	}
+	if chans {
+		parts = append(parts, "grant the channel &__redis__:invalidate")
+	}
+	return strings.Join(parts, "; ")
 }

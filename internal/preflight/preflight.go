@@ -135,9 +135,10 @@ type Options struct {
 	// (default: all). An evicting policy is a FAIL only when fenced-lock is
 	// among them.
 	Primitives []string
-	// Key is a key of the service's, so the ACL checks match the user's key
-	// patterns (default "coordtorture:preflight"); derived keys append ":…".
-	Key string
+	// Keys are keys of the service's, one per key pattern its ACL user
+	// names, so the ACL checks match those patterns (default
+	// "coordtorture:preflight"); each is checked; derived keys append ":…".
+	Keys []string
 	// ClockWarn: a client-versus-server clock offset above it is a WARN
 	// (default 100ms).
 	ClockWarn time.Duration
@@ -169,8 +170,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			return nil, fmt.Errorf("%w: unknown primitive %q (%s)", ErrUsage, p, strings.Join(Primitives(), ", "))
 		}
 	}
-	if o.Key == "" {
-		o.Key = "coordtorture:preflight"
+	o.Keys = slices.DeleteFunc(slices.Clone(o.Keys), func(k string) bool { return k == "" })
+	if len(o.Keys) == 0 {
+		o.Keys = []string{"coordtorture:preflight"}
 	}
 	if o.ClockWarn <= 0 {
 		o.ClockWarn = 100 * time.Millisecond

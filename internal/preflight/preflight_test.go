@@ -269,16 +269,62 @@ func TestMisconfigured(t *testing.T) {
 			t.Errorf("a guarantee decided without its facts: %+v", g)
 		}
 	}
-	// A user that may not run ACL: the ACL is not checked, and says so.
-	if err := admin.Do(ctx, "ACL", "SETUSER", "noacl", "on", ">pw", "~*", "&*", "+@all", "-acl").Err(); err != nil {
+	// A user that may not run ACL DRYRUN (as a service's own user usually
+	// may not): each command is queued in a discarded MULTI instead, which
+	// the server checks against the user's ACL, keys and channels included.
+	for _, u := range []struct {
+		name   string
+		rules  []any
+		status Status
+		want   string
+	}{
+		{"noacl", []any{"~*", "&*", "+@all", "-acl"}, OK, "every command allowed"},
+		{"noacl-nokill", []any{"~*", "&*", "+@all", "-acl", "-client|kill"}, Fail, "CLIENT KILL"},
+		{"noacl-otherkeys", []any{"~other*", "&*", "+@all", "-acl"}, Fail, "denied EVALSHA, EVAL"},
+	} {
+		args := append([]any{"ACL", "SETUSER", u.name, "on", ">pw"}, u.rules...)
+		if err := admin.Do(ctx, args...).Err(); err != nil {
+			t.Fatal(err)
+		}
+		r = runOK(t, Options{Addrs: []string{addr}, Dialer: dial, Username: u.name, Password: "pw", Primitives: []string{FencedLock}})
+		c := find(t, r, "acl/fenced-lock")
+		if c.Status != u.status || !strings.Contains(c.Reason, u.want) || !strings.Contains(c.Reason, "discarded MULTI") {
+			t.Errorf("%s (checked in MULTI): %+v, want %s with %q", u.name, c, u.status, u.want)
+		}
+		if g := guarantee(t, r, "fenced-lock/lose-replies"); g.Unchecked || g.Holds == strings.Contains(u.want, "CLIENT KILL") {
+			t.Errorf("%s: fencing guarantee %+v", u.name, g)
+		}
+	}
+	if n := admin.DBSize(ctx).Val(); n != 0 {
+		t.Errorf("the queued checks left %d keys", n)
+	}
+	// Several keys, one per key pattern of the user's: each is checked, and
+	// a denial for some of them names them.
+	if err := admin.Do(ctx, "ACL", "SETUSER", "patterns", "on", ">pw", "~orders:*", "~users:*", "&*", "+@all").Err(); err != nil {
 		t.Fatal(err)
 	}
-	r = runOK(t, Options{Addrs: []string{addr}, Dialer: dial, Username: "noacl", Password: "pw", Primitives: []string{FencedLock}})
+	r = runOK(t, Options{Addrs: []string{addr}, Dialer: dial, Username: "patterns", Password: "pw", Primitives: []string{FencedLock},
+		Keys: []string{"orders:1", "users:1"}})
+	if c := find(t, r, "acl/fenced-lock"); c.Status != OK || !strings.Contains(c.Reason, "orders:1, users:1") {
+		t.Errorf("user with both key patterns: %+v", c)
+	} else {
+		t.Logf("both: %+v", c)
+	}
+	r = runOK(t, Options{Addrs: []string{addr}, Dialer: dial, Username: "patterns", Password: "pw", Primitives: []string{FencedLock},
+		Keys: []string{"orders:1", "billing:1"}})
+	if c := find(t, r, "acl/fenced-lock"); c.Status != Fail || !strings.Contains(c.Reason, "EVALSHA (for billing:1)") {
+		t.Errorf("a key outside the user's patterns: %+v", c)
+	}
+	// Neither DRYRUN nor MULTI: the ACL is not checked, and says so.
+	if err := admin.Do(ctx, "ACL", "SETUSER", "nomulti", "on", ">pw", "~*", "&*", "+@all", "-acl", "-multi").Err(); err != nil {
+		t.Fatal(err)
+	}
+	r = runOK(t, Options{Addrs: []string{addr}, Dialer: dial, Username: "nomulti", Password: "pw", Primitives: []string{FencedLock}})
 	if c := find(t, r, "acl/fenced-lock"); c.Status != Warn || !strings.Contains(c.Reason, "not checked") {
-		t.Errorf("user without ACL DRYRUN: %+v", c)
+		t.Errorf("user without ACL DRYRUN or MULTI: %+v", c)
 	}
 	if g := guarantee(t, r, "fenced-lock/lose-replies"); g.Holds || !g.Unchecked {
-		t.Errorf("fencing guarantee without ACL DRYRUN: %+v", g)
+		t.Errorf("fencing guarantee without ACL DRYRUN or MULTI: %+v", g)
 	}
 }
 
@@ -365,8 +411,33 @@ func TestCluster(t *testing.T) {
 			t.Errorf("%s: keys left: %v %v", n.Name, k, err)
 		}
 	}
-	// Forget slot 0 everywhere: uncovered.
 	ctx := context.Background()
+	// Each node keeps its own ACL: a user without CLIENT KILL on one node
+	// only is a FAIL naming that node, checked on every primary, by DRYRUN
+	// and by queueing in MULTI (a user that may not run ACL DRYRUN).
+	for _, u := range []struct{ name, how string }{{"app", "every command"}, {"svc", "discarded MULTI"}} {
+		for i, n := range topo.Nodes() {
+			rules := []any{"ACL", "SETUSER", u.name, "on", ">pw", "~*", "&*", "+@all"}
+			if u.name == "svc" {
+				rules = append(rules, "-acl")
+			}
+			if i == 1 {
+				rules = append(rules, "-client|kill")
+			}
+			if err := n.Admin().Do(ctx, rules...).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r = runOK(t, Options{Addrs: addrs, Dialer: dialer(t, topo), Username: u.name, Password: "pw", Primitives: []string{FencedLock, RateLimiters}})
+		c := find(t, r, "acl/fenced-lock")
+		if want := "CLIENT KILL (on " + topo.Nodes()[1].Addr + ")"; c.Status != Fail || !strings.Contains(c.Reason, want) {
+			t.Errorf("%s without CLIENT KILL on one node: %+v, want FAIL naming %q", u.name, c, want)
+		}
+		if c := find(t, r, "acl/rate-limiters"); c.Status != OK || u.name == "svc" && !strings.Contains(c.Reason, u.how) {
+			t.Errorf("%s: rate limiters on every node: %+v", u.name, c)
+		}
+	}
+	// Forget slot 0 everywhere: uncovered.
 	for _, n := range topo.Nodes() {
 		_ = n.Admin().Do(ctx, "CLUSTER", "DELSLOTS", 0).Err()
 	}

@@ -61,6 +61,16 @@ func (m Redlock) Name() string {
 	return "reference-redlock"
 }
 
+// UncertainRenewalReleases: a renewal that does not reach a quorum ends the
+// lease and removes the token from every node it reaches, at once, inside
+// Renew (as prim's does), so another client can take the lock before Renew
+// returns; the checkers end the holder's window at the renewal's invocation
+// (models.Options.UncertainRenewalReleases). Without it they held the holder
+// to the lease it had just surrendered, and called the next grant an overlap.
+// The mutants declare it too: each breaks a rule the checkers catch anyway
+// (a renewal on a minority returns true, so no window is cut for it).
+func (Redlock) UncertainRenewalReleases() bool { return true }
+
 // DriftAllowance implements scenarios.RedlockImpl: what the algorithm
 // declares (the mutant that ignores it declares it too).
 func (Redlock) DriftAllowance(ttl time.Duration) time.Duration {
@@ -83,7 +93,12 @@ type nodeAnswer struct {
 
 // onEach runs f on every node in parallel, each bounded by the node
 // timeout: a node that has not answered by then counts as timed out (its
-// command goes on; the caller does not wait for it).
+// command goes on; the caller does not wait for it). f's context ends at
+// the node timeout too, so that go-redis, which keeps a command waiting for
+// its reply up to ReadTimeout whatever the context (ContextTimeoutEnabled
+// is off by default), does not resend it after that (its retries check the
+// context): a SET NX resent seconds after the attempt gave up would plant a
+// token nobody removes (until its ttl), found by the leak scan.
 func onEach(ctx context.Context, nodes []redis.UniversalClient, f func(ctx context.Context, c redis.UniversalClient) (bool, error)) []nodeAnswer {
 	out := make([]nodeAnswer, len(nodes))
 	var wg sync.WaitGroup
@@ -92,8 +107,10 @@ func onEach(ctx context.Context, nodes []redis.UniversalClient, f func(ctx conte
 		go func() {
 			defer wg.Done()
 			ch := make(chan nodeAnswer, 1)
+			nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), redlockNodeTimeout)
 			go func() {
-				ok, err := f(context.WithoutCancel(ctx), c)
+				defer cancel()
+				ok, err := f(nctx, c)
 				ch <- nodeAnswer{ok: ok, err: err}
 			}()
 			t := time.NewTimer(redlockNodeTimeout)
