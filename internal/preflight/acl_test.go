@@ -57,9 +57,9 @@ func ruleSet(rules ...string) map[string]bool {
 // listsOf is every command preflight checks for the primitive, on a cluster
 // of a server that has every optional command.
 func listsOf(name string) []aclCmd {
-	p := &run{o: Options{Key: "k"}, r: &Report{Topology: "cluster"},
+	p := &run{o: Options{Keys: []string{"k"}}, r: &Report{Topology: "cluster"},
 		caps: caps{lua: present, tracking: present, hfe: present, delex: present, setIfeq: present, increx: present}}
-	return p.aclCommands(name)
+	return p.aclCommands(name, "k")
 }
 
 // TestACLListsMatchPrimRules: preflight's command lists and prim's documented
@@ -121,7 +121,7 @@ func TestACLRulesAllowPreflightLists(t *testing.T) {
 					}
 				}
 				user := fmt.Sprintf("u%d", i)
-				args := []any{"ACL", "SETUSER", user, "reset", "on", ">pw", "resetchannels", "~k", "~{k}:*"}
+				args := []any{"ACL", "SETUSER", user, "reset", "on", ">pw", "resetchannels", "~k", "~k:*"}
 				for _, f := range strings.Fields(strings.Join(rules, " ")) {
 					args = append(args, f)
 				}
