@@ -315,7 +315,7 @@
 // ACL permissions: CLIENT INFO and CLIENT KILL (the dedicated acquisition
 // connection and its fence), EVALSHA and EVAL, and in the scripts TYPE, TIME,
 // ZREMRANGEBYSCORE, ZSCORE, ZRANGEBYSCORE, ZRANGE, ZCARD, ZADD, ZREM, PEXPIREAT,
-// PERSIST and DEL.
+// PERSIST and DEL: the rule [ACLSemaphore].
 //
 // # Read-write leases
 //
@@ -393,7 +393,8 @@
 // Each node is sent SET to acquire, the renewal script (GET, PEXPIRE) to
 // renew and the release script (GET, DEL) to release. Redis 7.0+ and Valkey
 // 8+ check the commands a script calls against the user's ACL too, so its ACL
-// user needs SET, EVALSHA, EVAL, GET, PEXPIRE and DEL on the lock's keys;
+// user needs SET, EVALSHA, EVAL, GET, PEXPIRE and DEL on the lock's keys (the
+// rule [ACLRedlock]);
 // none of these is ever resent but the renewal, which is idempotent.
 //
 // Use Redlock where an occasional double grant costs efficiency, not
@@ -539,31 +540,90 @@
 //
 // # ACL permissions
 //
-//   - TryAcquireFencedLock: EVALSHA and EVAL (the script runs PTTL, GET, INCR
-//     and SET) on both keys.
-//   - Renew: CLIENT INFO on a dedicated connection, SET where the server has
-//     SET IFEQ and EVALSHA/EVAL (GET, PEXPIRE), the fallback, and CLIENT INFO
-//     and CLIENT KILL to fence an uncertain renewal.
-//   - VerifyStillHeld: EVALSHA/EVAL (GET, PTTL). Release and Close: DELEX
-//     where the server has it, and EVALSHA/EVAL (GET, DEL), the fallback and
-//     the answer after a DELEX that removed nothing. A user without DELEX still releases, at the cost of a refused
-//     DELEX on every release.
-//   - AcquireFencedLock, AcquireLease (waiting): in addition CLIENT ID, CLIENT
-//     TRACKING, SUBSCRIBE to __redis__:invalidate, PING, and the read commands
-//     PTTL (fenced locks) or HPTTL (leases) on the key. The channel needs its
-//     own ACL rule (&__redis__:invalidate, or allchannels): without it waiting
-//     falls back to polling, as described above.
-//   - TryAcquireLease and lease handles: CLIENT INFO and CLIENT KILL (fencing
-//     uncertain acquisitions and renewals), EVALSHA/EVAL running HPTTL, PTTL,
-//     HSETEX (or HSET and HPEXPIRE), HGET and HDEL.
-//   - TryAcquireReadLock, TryAcquireWriteLock and their handles: EVALSHA/EVAL
-//     running TIME, TYPE, ZREMRANGEBYSCORE, ZCARD, ZRANGE, ZADD, ZSCORE, ZREM
-//     and PEXPIREAT; renewal, like every renewal, CLIENT INFO and CLIENT KILL.
-//   - Countdown latches: EVALSHA/EVAL running TYPE, HGET, HSET, HMGET and
-//     HINCRBY; HMGET for Join and Count; Wait, as waiting acquisitions do,
-//     CLIENT ID, CLIENT TRACKING, SUBSCRIBE to __redis__:invalidate and PING
-//     (without them it re-reads every 250ms).
+// Each primitive's least-privilege rule is a constant in ACL SETUSER syntax
+// without the user, password and key pattern (see [ACLFencedLock] for how to
+// compose one): the commands the primitive sends and those its scripts call,
+// which Redis 7+ and Valkey check against the user's ACL as well. A user
+// with the rule and a key pattern covering the primitive's keys runs it; a
+// rule less one of its commands makes the operations that need the command
+// fail with an error matching [ErrNoPermission], at once and with nothing
+// written (the optional parts below excepted: their fallbacks run). Every rule below is accepted by ACL SETUSER on Redis 7.0, 8.0, 8.6
+// and Valkey 8.1, 9.1 (hash leases: where the server has hash-field expiry),
+// and tested there with a client of go-redis's default options. For example:
+//
+//	ACL SETUSER orders on >secret resetchannels ~{orders}* +evalsha +eval +get +pttl +incr +set +pexpire +del +client|info +client|kill +client|id +client|tracking +subscribe +ping &__redis__:invalidate
+//
+// is a user of fenced locks, waiting included, on the keys {orders}*.
+//
+// The rules, exactly:
+//
+//	fenced locks             +evalsha +eval +get +pttl +incr +set +pexpire +del +client|info +client|kill
+//	waiting (in addition)    +client|id +client|tracking +subscribe +ping &__redis__:invalidate
+//	hash-field leases        +evalsha +eval +hpttl +pttl +hget +hset +hpexpire +hdel +client|info +client|kill
+//	read-write leases        +evalsha +eval +time +type +zremrangebyscore +zcard +zrange +zadd +zscore +zrem +pexpireat +client|info +client|kill
+//	semaphores               +evalsha +eval +time +type +zremrangebyscore +zscore +zrangebyscore +zrange +zcard +zadd +zrem +pexpireat +persist +del +client|info +client|kill
+//	countdown latches        +evalsha +eval +type +hget +hset +hmget +hincrby
+//	fixed-window limiters    +evalsha +eval +get +set +incrby +pexpire +pttl
+//	sliding-window limiters  +evalsha +eval +time +hgetall +hincrby +hdel +pexpireat
+//	token-bucket limiters    +evalsha +eval +time +exists +hmget +hset +pexpireat
+//	Redlock (every node)     +set +evalsha +eval +get +pexpire +del
+//
+// What each command is for:
+//
+//   - Fenced locks, [ACLFencedLock]: TryAcquireFencedLock's script runs PTTL,
+//     GET, INCR and SET on both keys; Renew runs on a dedicated connection
+//     (CLIENT INFO), sends SET IFEQ where the server has it or the script (GET,
+//     PEXPIRE), and fences an uncertain renewal with CLIENT KILL;
+//     VerifyStillHeld's script runs GET and PTTL; Release and Close run the
+//     script (GET, DEL).
+//   - Waiting, [ACLWaiting], with the primitive's own rule, for
+//     AcquireFencedLock, AcquireLease and CountdownLatch.Wait: the watcher's
+//     CLIENT ID, CLIENT TRACKING, SUBSCRIBE and PING, the channel
+//     __redis__:invalidate, and the read of the key (PTTL, HPTTL or HMGET, in
+//     the primitive's rule). Optional: without it waiting falls back to
+//     polling, as described above (a refused subscription is logged once at
+//     Warn and counted in prim.waiting.degraded).
+//   - Named leases in hash fields, [ACLHashLease]: the scripts, and the
+//     dedicated connection that fences uncertain acquisitions and renewals.
+//     HPTTL and HPEXPIRE exist on Redis 7.4+ and Valkey 9+ only: older
+//     servers refuse the rule, as they have no hash leases.
+//   - Read-write leases, [ACLRWLease], and semaphores, [ACLSemaphore]: the
+//     scripts, and the dedicated connection of acquisitions (semaphores) and
+//     renewals, fenced with CLIENT KILL when their outcome is uncertain.
+//   - Countdown latches, [ACLCountdownLatch]: the scripts and HMGET (Join,
+//     Count); [ACLWaiting] too for Wait to wake on invalidations (without it
+//     Wait re-reads every 250ms).
+//   - Rate limiters: [ACLFixedWindow], [ACLSlidingWindow], [ACLTokenBucket],
+//     each its script's commands.
+//   - Redlock, [ACLRedlock], on every node of the group: a failed
+//     acquisition, renewal or release then matches [ErrNoPermission] as well
+//     as its reason.
+//
+// Optional commands of newer servers, each a fast path with a fallback that
+// the rules above allow. ACL SETUSER refuses a rule naming a command the
+// server does not know ("Unknown command or category name in ACL"), so add
+// each only on servers that have it:
+//
+//   - [ACLFencedLockRelease] (+delex, Redis 8.4+): the one-command release of
+//     fenced locks. Without it a release sends a refused DELEX, then the
+//     script: it still releases, one round trip later.
+//   - [ACLHashLeaseHSETEX] (+hsetex, Redis 8.0+, Valkey 9+): writes a lease
+//     field and its expiry at once. Without it the script writes HSET then
+//     HPEXPIRE, inside the same script: nothing is lost.
+//   - [ACLFixedWindowINCREX] (+increx, Redis 8.8+, Valkey 9.2+): the fixed
+//     window's fast path. Without it a decision sends a refused INCREX, then
+//     the script.
+//   - [ACLCluster] (+asking, Redis Cluster): the dedicated connection of the
+//     fencing primitives follows an ASK redirection while a slot migrates;
+//     without it those operations fail with [ErrNoPermission] during the
+//     migration. go-redis's cluster client sends CLUSTER SLOTS and COMMAND
+//     itself: grant +cluster|slots +command as well (without +cluster|slots
+//     every command fails with [ErrNoPermission]).
+//
+// SET IFEQ (Redis 8.4+, Valkey 8.1+) is SET, in every fenced-lock rule.
+// `coordtorture preflight` checks a deployment's user against the same lists
+// with ACL DRYRUN.
 //
 // Scripts are loaded on first use: EVALSHA, then EVAL on a definitive NOSCRIPT
-// reply. All scripts work on Redis 7.0+ and Valkey 8+.
+// reply (never SCRIPT LOAD). All scripts work on Redis 7.0+ and Valkey 8+.
 package prim

@@ -103,7 +103,8 @@ var ErrHeldElsewhere = errors.New("prim: held by another owner on this node")
 // reason — ErrNotAcquired (contention: nodes held by other owners alone
 // prevent a quorum), ErrNoQuorum (failed nodes prevent it) or
 // ErrValidityExpired — and, for an acquisition, ErrNotAcquired whatever the
-// reason.
+// reason, and the refusal classes of its nodes' errors (ErrNoPermission where
+// a node's ACL refused a command).
 type RedlockError struct {
 	Op        string        // "acquire", "renew" or "release"
 	Key       string        // the key
@@ -143,9 +144,23 @@ func (e *RedlockError) Error() string {
 	return b.String()
 }
 
-// Is matches the reason and, for an acquisition, ErrNotAcquired.
+// Is matches the reason, for an acquisition ErrNotAcquired, and each class of
+// server refusal a node answered ([ErrServerRefused], [ErrNoPermission], …): a
+// user whose ACL lacks a command on a node sees ErrNoPermission, whatever
+// else prevented the quorum.
 func (e *RedlockError) Is(target error) bool {
-	return target == e.reason || (target == ErrNotAcquired && e.Op == "acquire")
+	if target == e.reason || (target == ErrNotAcquired && e.Op == "acquire") {
+		return true
+	}
+	if target == nil || !errors.Is(target, ErrServerRefused) {
+		return false
+	}
+	for _, err := range e.NodeErrors {
+		if err != nil && errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
 }
 
 // Reason is ErrNotAcquired (contention), ErrNoQuorum or ErrValidityExpired.

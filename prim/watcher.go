@@ -56,9 +56,12 @@ type watcher struct {
 	mu      sync.Mutex
 	waiters map[string]map[string][]*waiter // key -> group -> FIFO queue
 	nwait   int
-	refused error     // the server refused the subscription (mu); waiters re-check on a timer
-	users   int       // waits holding this watcher (watchers.mu)
-	idle    time.Time // when users last fell to 0 (watchers.mu)
+	refused error // the server refused the subscription (mu); waiters re-check on a timer
+	// refusedc is closed while refused is set (mu): a wait for the
+	// subscription ends as soon as the server refuses it.
+	refusedc chan struct{}
+	users    int       // waits holding this watcher (watchers.mu)
+	idle     time.Time // when users last fell to 0 (watchers.mu)
 
 	trMu    sync.Mutex // serialises use of the tracking connection
 	trConn  *redis.Conn
@@ -95,7 +98,7 @@ const keepAlive = time.Second
 
 func newWatcher(c *Coordinator, node *redis.Client) *watcher {
 	w := &watcher{c: c, node: node, addr: node.Options().Addr, waiters: map[string]map[string][]*waiter{},
-		done: make(chan struct{}), readyc: make(chan struct{}), idle: time.Now()}
+		done: make(chan struct{}), readyc: make(chan struct{}), refusedc: make(chan struct{}), idle: time.Now()}
 	base := *node.Options()
 	base.Protocol = 2
 	base.PoolSize = 1
@@ -182,6 +185,9 @@ func (w *watcher) run(ctx context.Context) {
 				w.subEpoch = w.psEpoch
 				w.readyLocked()
 				wasRefused := w.refused
+				if w.refused != nil {
+					w.refusedc = make(chan struct{})
+				}
 				w.refused = nil
 				w.mu.Unlock()
 				if wasRefused != nil {
@@ -215,6 +221,9 @@ func (w *watcher) refuse(ctx context.Context, err error) {
 	w.mu.Lock()
 	first := w.refused == nil
 	w.refused = err
+	if first {
+		close(w.refusedc) // waits for the subscription re-check on a timer instead
+	}
 	w.mu.Unlock()
 	if first {
 		w.c.logger.Warn("prim: invalidation subscription refused by the server; waiters on this node re-check on a timer (every 50ms, one waiter per lock) until it is allowed",
@@ -404,7 +413,7 @@ func (w *watcher) readyLocked() {
 // until closed is closed (ErrClosed).
 func (w *watcher) waitReady(ctx context.Context, closed <-chan struct{}) error {
 	w.mu.Lock()
-	ready := w.readyc
+	ready, refused := w.readyc, w.refusedc
 	w.mu.Unlock()
 	select {
 	case <-ready:
@@ -416,6 +425,13 @@ func (w *watcher) waitReady(ctx context.Context, closed <-chan struct{}) error {
 	select {
 	case <-ready:
 		return nil
+	case <-refused:
+		// The server refused the subscription (an ACL without the channel):
+		// waiting for it would stall the first wait for the full 2s.
+		if err := w.refusal(); err != nil {
+			return err
+		}
+		return errSubscribing
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-closed:

@@ -68,7 +68,7 @@ func (p *run) aclCommands(prim, k string) []aclCmd {
 	case Latch:
 		cs = append(scripts(k), req("TYPE", k), req("HGET", k, "f"), req("HSET", k, "f", "v"), req("HMGET", k, "f"),
 			req("HINCRBY", k, "f", 1), opt("CLIENT", "ID"), opt("CLIENT", "TRACKING", "ON", "REDIRECT", 1),
-			opt("SUBSCRIBE", "__redis__:invalidate"))
+			opt("SUBSCRIBE", "__redis__:invalidate"), opt("PING"))
 	case RateLimiters:
 		cs = append(scripts(k), req("TIME"), req("GET", k), req("SET", k, "1", "PX", 1000), req("INCRBY", k, 1),
 			req("PEXPIRE", k, 1000), req("PTTL", k), req("EXISTS", k), req("HMGET", k, "f"), req("HSET", k, "f", "v"),
