@@ -18,6 +18,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/coordtorture/coordtorture/internal/preflight"
 	"github.com/coordtorture/coordtorture/models"
 	"github.com/coordtorture/coordtorture/prim"
 	"github.com/coordtorture/coordtorture/scenarios"
@@ -184,6 +185,39 @@ func external(t *testing.T, ext *scenarios.External) {
 	}
 }
 
+// checkPreflight runs coordtorture preflight's checks, with the write probe
+// (every primitive once through prim on probe keys, then deleted), against
+// a compose topology, as its README shows: the topology is recognised, the
+// server line is OK, nothing FAILs (a compose topology has no persistence
+// and no min-replicas-to-write: WARNs), and every write probe is OK.
+func checkPreflight(t *testing.T, o preflight.Options, topology string) {
+	t.Helper()
+	o.WriteProbe = true
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r, err := preflight.Run(ctx, o)
+	if err != nil {
+		t.Fatalf("preflight on %v: %v", o.Addrs, err)
+	}
+	var text strings.Builder
+	_ = r.WriteText(&text)
+	if r.Topology != topology || r.Failed() {
+		t.Fatalf("preflight on %v: topology %q (want %q), exit status %d:\n%s", o.Addrs, r.Topology, topology, r.ExitStatus(), text.String())
+	}
+	probes := 0
+	for _, c := range r.Checks {
+		if c.Name == "server" && c.Status != preflight.OK || strings.HasPrefix(c.Name, "write-probe/") && c.Status != preflight.OK {
+			t.Errorf("preflight on %v: %s is %s: %s", o.Addrs, c.Name, c.Status, c.Reason)
+		}
+		if strings.HasPrefix(c.Name, "write-probe/") {
+			probes++
+		}
+	}
+	if probes == 0 {
+		t.Errorf("preflight on %v ran no write probe:\n%s", o.Addrs, text.String())
+	}
+}
+
 // TestComposeTopologies brings every compose file up with the local images,
 // at once (their ports differ): standalone once per build of the matrix, the
 // others once each, spread over the matrix's builds.
@@ -207,6 +241,7 @@ func TestComposeTopologies(t *testing.T) {
 			}
 			p.eventually("a fenced lock", func(ctx context.Context) error { return fencedLock(ctx, client, "standalone") })
 			external(t, &scenarios.External{Addrs: []string{addr}})
+			checkPreflight(t, preflight.Options{Addrs: []string{addr}}, "standalone")
 		})
 	}
 
@@ -240,6 +275,7 @@ func TestComposeTopologies(t *testing.T) {
 		defer client.Close()
 		p.eventually("a fenced lock through the sentinels", func(ctx context.Context) error { return fencedLock(ctx, client, "sentinel") })
 		external(t, &scenarios.External{Addrs: sentinels, MasterName: "mymaster"})
+		checkPreflight(t, preflight.Options{Addrs: sentinels, MasterName: "mymaster"}, "sentinel")
 	})
 
 	t.Run("cluster", func(t *testing.T) {
@@ -288,6 +324,7 @@ func TestComposeTopologies(t *testing.T) {
 			p.eventually("a fenced lock on the cluster ("+name+")", func(ctx context.Context) error { return fencedLock(ctx, client, name) })
 		}
 		external(t, &scenarios.External{Addrs: []string{"127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"}, Cluster: true})
+		checkPreflight(t, preflight.Options{Addrs: []string{"127.0.0.1:7001"}, Cluster: true}, "cluster")
 	})
 
 	t.Run("redlock", func(t *testing.T) {
