@@ -46,8 +46,9 @@ the harness scenario that shows the hazard:
                            primitive sends, on each --key (one per key pattern
                            of the user's), on every primary: ACL DRYRUN, or,
                            when the user may not run it, each command queued
-                           in a MULTI that is discarded (never run); WARN when
-                           neither can be used
+                           in a MULTI that is discarded (never run; a denied
+                           one is logged in ACL LOG); WARN when neither can be
+                           used
   write-probe/…            with --write-probe only: each primitive run once
                            through prim on probe keys, then the keys deleted
 Then which guarantees hold on this deployment, each with its scenario

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -26,9 +27,7 @@ type aclCmd struct {
 // ACL permissions and prim/scripts/*.lua's redis.call): the scripts' own
 // commands are checked one by one, since DRYRUN of EVAL checks only EVAL.
 func (p *run) aclCommands(prim, k string) []aclCmd {
-	// The key as given is the lease's (a fenced lock's lease key, a hash,
-	// a semaphore…); a fenced lock's counter appends ":fence" to it.
-	lease, fence := k, k+":fence"
+	lease, fence := k, counterKey(k)
 	req := func(a ...any) aclCmd { return aclCmd{args: a} }
 	opt := func(a ...any) aclCmd { return aclCmd{args: a, optional: true} }
 	scripts := func(keys ...any) []aclCmd {
@@ -103,7 +102,7 @@ func (p *run) checkACL(ctx context.Context) {
 		case strings.Contains(strings.ToLower(why), "unknown subcommand"), lacks(err, false):
 			why = "the server has no ACL DRYRUN (Redis 7+ / Valkey)"
 		}
-		if qerr := p.canQueue(ctx, n); qerr != nil {
+		if qerr := p.canQueue(ctx); qerr != nil {
 			for _, prim := range Primitives() {
 				if !p.uses(prim) {
 					continue
@@ -113,7 +112,7 @@ func (p *run) checkACL(ctx context.Context) {
 			}
 			return
 		}
-		ask, how = p.queued, " (checked by queueing each command in a discarded MULTI: "+why+")"
+		ask, how = p.queued, " (checked by queueing each command in a discarded MULTI, where each denial adds an ACL LOG entry: "+why+")"
 	}
 	p.facts.aclChecked = true
 	for _, prim := range Primitives() {
@@ -139,11 +138,15 @@ func (p *run) checkACL(ctx context.Context) {
 						var re redis.Error
 						if !errors.As(err, &re) || strings.Contains(err.Error(), "User") {
 							p.add(Check{Name: "acl/" + prim, Status: Warn, Reason: "ACL check failed: " + err.Error(), Fix: "rerun preflight"})
+							p.facts.aclChecked = false
 							return
 						}
 						skipped = append(skipped, name+" ("+err.Error()+")")
 					case v != "OK":
-						if l := strings.ToLower(v); strings.Contains(l, "key") || strings.Contains(l, "channel") {
+						// "… to access a key / the 'k' key / a channel …" is about
+						// the keys or channels, "… to run the 'x' command" about the
+						// command (the user's name, which the text may carry, left out).
+						if l := strings.ToLower(strings.ReplaceAll(v, user, "")); strings.Contains(l, "to access") {
 							scoped = append(scoped, name)
 						} else {
 							unscoped = append(unscoped, name)
@@ -191,7 +194,13 @@ func (p *run) checkACL(ctx context.Context) {
 		if (prim == Waiting || prim == Latch) && len(deniedOpt) > 0 {
 			p.facts.waitDenied = true
 		}
-		rule := fmt.Sprintf("user %q on %s", user, strings.Join(p.o.Keys, ", "))
+		keys := slices.Clone(p.o.Keys)
+		if prim == FencedLock {
+			for i, k := range keys {
+				keys[i] = k + " (counter " + counterKey(k) + ")"
+			}
+		}
+		rule := fmt.Sprintf("user %q on %s", user, strings.Join(keys, ", "))
 		if skipped = dedupe(skipped); len(skipped) > 0 {
 			rule += " (not checked, the server refused the check: " + strings.Join(skipped, ", ") + ")"
 		}
@@ -306,49 +315,84 @@ func (p *run) dryRun(ctx context.Context, n *redis.Client, prim, key string) ([]
 }
 
 // canQueue reports whether this user can open a transaction and discard it
-// (the queued check's frame).
-func (p *run) canQueue(ctx context.Context, n *redis.Client) error {
-	qctx, cancel := p.ctx(ctx)
-	defer cancel()
-	conn := n.Conn()
-	defer conn.Close()
-	var multi, discard *redis.Cmd
-	_, _ = conn.Pipelined(qctx, func(pl redis.Pipeliner) error {
-		multi, discard = pl.Do(qctx, "MULTI"), pl.Do(qctx, "DISCARD")
-		return nil
-	})
-	if err := multi.Err(); err != nil {
-		return err
+// (the queued check's frame) on every primary: each node keeps its own ACL.
+// MULTI and DISCARD are harmless alone.
+func (p *run) canQueue(ctx context.Context) error {
+	for _, n := range p.nodes {
+		qctx, cancel := p.ctx(ctx)
+		conn := n.Conn()
+		var multi, discard *redis.Cmd
+		_, _ = conn.Pipelined(qctx, func(pl redis.Pipeliner) error {
+			multi, discard = pl.Do(qctx, "MULTI"), pl.Do(qctx, "DISCARD")
+			return nil
+		})
+		conn.Close()
+		cancel()
+		err := multi.Err()
+		if err == nil {
+			err = discard.Err()
+		}
+		if err != nil {
+			if len(p.nodes) > 1 {
+				return fmt.Errorf("on %s: %w", n.Options().Addr, err)
+			}
+			return err
+		}
 	}
-	return discard.Err()
+	return nil
 }
 
 // queued checks every command of prim by queueing it in a transaction that
-// is then discarded, on a connection of its own, in one pipeline: QUEUED
-// means the ACL allows the command with its keys and channels (a cluster
-// node's MOVED or ASK, which comes after the ACL check, too); NOPERM that it
-// does not. Nothing queued runs.
+// is then discarded: QUEUED means the ACL allows the command with its keys
+// and channels (a cluster node's MOVED or ASK, which comes after the ACL
+// check, too); NOPERM that it does not. Nothing queued runs: MULTI goes
+// alone first, and only once this node has opened the transaction are the
+// commands sent (a node whose ACL refuses MULTI would run them at once; each
+// node keeps its own ACL), then DISCARD. It runs on a client of its own with
+// one connection, closed after, without resends, so a connection never goes
+// back to a pool inside a transaction.
 func (p *run) queued(ctx context.Context, n *redis.Client, prim, key string) ([]aclCmd, []aclAnswer) {
 	cs := p.commandsFor(prim, key)
 	out := make([]aclAnswer, len(cs))
 	qctx, cancel := p.ctx(ctx)
 	defer cancel()
-	conn := n.Conn()
+	o := *n.Options()
+	o.PoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxRetries = 1, 0, 0, -1
+	c := redis.NewClient(&o)
+	defer c.Close()
+	conn := c.Conn()
 	defer conn.Close()
+	fail := func(err error) ([]aclCmd, []aclAnswer) {
+		for i := range out {
+			out[i] = notChecked{err}
+		}
+		return cs, out
+	}
+	if v, err := conn.Do(qctx, "MULTI").Text(); err != nil || v != "OK" {
+		return fail(fmt.Errorf("commands cannot be queued on %s (MULTI: %q, %v)", o.Addr, v, err))
+	}
 	cmds := make([]*redis.Cmd, len(cs))
+	var discard *redis.Cmd
 	_, _ = conn.Pipelined(qctx, func(pl redis.Pipeliner) error {
-		pl.Do(qctx, "MULTI")
 		for i, c := range cs {
 			cmds[i] = pl.Do(qctx, c.args...)
 		}
-		pl.Do(qctx, "DISCARD")
+		discard = pl.Do(qctx, "DISCARD")
 		return nil
 	})
+	if v, err := discard.Text(); err != nil || v != "OK" {
+		return fail(fmt.Errorf("the transaction on %s was not discarded (DISCARD: %q, %v)", o.Addr, v, err))
+	}
 	for i, c := range cmds {
 		out[i] = queuedAnswer{c}
 	}
 	return cs, out
 }
+
+// notChecked is the answer for every command of a check that could not run.
+type notChecked struct{ err error }
+
+func (n notChecked) Text() (string, error) { return "", n.err }
 
 // queuedAnswer reads a queued command's reply as DRYRUN's.
 type queuedAnswer struct{ c *redis.Cmd }
@@ -396,10 +440,21 @@ func (p *run) aclFix(names, scoped, unscoped []string) string {
 	}
 	if keys {
 		parts = append(parts, "add key patterns (~…) covering "+strings.Join(p.o.Keys, ", ")+
-			" and the keys derived from them (a fenced lock's counter appends :fence)")
+			" and the keys derived from them (a fenced lock's counter: a trailing :lease becomes :fence, else :fence is appended)")
 	}
 	if chans {
 		parts = append(parts, "grant the channel &__redis__:invalidate")
 	}
 	return strings.Join(parts, "; ")
+}
+
+// counterKey is the fencing counter checked beside a fenced lock's lease key
+// k: prim's documented pair is {name}:lease and {name}:fence, so a trailing
+// ":lease" becomes ":fence"; any other key gets ":fence" appended. The key as
+// given is the lease's (or the hash's, the semaphore's…).
+func counterKey(k string) string {
+	if base, ok := strings.CutSuffix(k, ":lease"); ok {
+		return base + ":fence"
+	}
+	return k + ":fence"
 }

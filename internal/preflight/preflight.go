@@ -14,7 +14,9 @@
 // reads the server's clock, and probes commands on a random key that does not
 // exist in forms that cannot create it (HPTTL, DELEX … IFEQ, SET … IFEQ, whose
 // comparison value is random). The script cache and the connection list are
-// the only server state it touches.
+// the only server state it touches, and the ACL log when ACL DRYRUN cannot be
+// used: the commands it then queues in a discarded transaction (never run)
+// are logged there when the ACL denies them.
 //
 // The harness's packages use it; prim does not import it.
 package preflight

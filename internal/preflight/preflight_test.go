@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -305,7 +306,7 @@ func TestMisconfigured(t *testing.T) {
 	}
 	r = runOK(t, Options{Addrs: []string{addr}, Dialer: dial, Username: "patterns", Password: "pw", Primitives: []string{FencedLock},
 		Keys: []string{"orders:1", "users:1"}})
-	if c := find(t, r, "acl/fenced-lock"); c.Status != OK || !strings.Contains(c.Reason, "orders:1, users:1") {
+	if c := find(t, r, "acl/fenced-lock"); c.Status != OK || !strings.Contains(c.Reason, "orders:1 (counter orders:1:fence), users:1") {
 		t.Errorf("user with both key patterns: %+v", c)
 	} else {
 		t.Logf("both: %+v", c)
@@ -314,6 +315,29 @@ func TestMisconfigured(t *testing.T) {
 		Keys: []string{"orders:1", "billing:1"}})
 	if c := find(t, r, "acl/fenced-lock"); c.Status != Fail || !strings.Contains(c.Reason, "EVALSHA (for billing:1)") {
 		t.Errorf("a key outside the user's patterns: %+v", c)
+	}
+	// prim's documented pair {name}:lease / {name}:fence: the counter
+	// checked beside {inv:1}:lease is {inv:1}:fence, which the user's
+	// patterns allow; a user whose name holds "key" is told to grant the
+	// command it lacks, not key patterns (denials carry the user's name).
+	for _, u := range []struct {
+		name  string
+		rules []any
+		keys  []string
+		want  Status
+		fix   string
+	}{
+		{"inv", []any{"~{inv:*}:lease", "~{inv:*}:fence", "&*", "+@all"}, []string{"{inv:1}:lease"}, OK, ""},
+		{"monkey", []any{"~*", "&*", "+@all", "-client|kill"}, nil, Fail, "grant +client|kill"},
+		{"monkey-nodry", []any{"~*", "&*", "+@all", "-client|kill", "-acl"}, nil, Fail, "grant +client|kill"},
+	} {
+		if err := admin.Do(ctx, append([]any{"ACL", "SETUSER", u.name, "on", ">pw"}, u.rules...)...).Err(); err != nil {
+			t.Fatal(err)
+		}
+		r = runOK(t, Options{Addrs: []string{addr}, Dialer: dial, Username: u.name, Password: "pw", Primitives: []string{FencedLock}, Keys: u.keys})
+		if c := find(t, r, "acl/fenced-lock"); c.Status != u.want || c.Fix != u.fix {
+			t.Errorf("%s: %+v, want %s with fix %q", u.name, c, u.want, u.fix)
+		}
 	}
 	// Neither DRYRUN nor MULTI: the ACL is not checked, and says so.
 	if err := admin.Do(ctx, "ACL", "SETUSER", "nomulti", "on", ">pw", "~*", "&*", "+@all", "-acl", "-multi").Err(); err != nil {
@@ -436,6 +460,40 @@ func TestCluster(t *testing.T) {
 		if c := find(t, r, "acl/rate-limiters"); c.Status != OK || u.name == "svc" && !strings.Contains(c.Reason, u.how) {
 			t.Errorf("%s: rate limiters on every node: %+v", u.name, c)
 		}
+	}
+	// A node whose ACL refuses MULTI (the others allow it) would run the
+	// queued commands at once: they are never sent there, the check says it
+	// could not run, and a live lock on that node's slot is untouched.
+	n2 := topo.Nodes()[1].Admin()
+	live := ""
+	for i := 0; live == "" && i < 1000; i++ {
+		k := fmt.Sprintf("svc:%d", i)
+		if n2.Set(ctx, k, "live-lock-token", 10*time.Minute).Err() == nil {
+			live = k // n2 serves its slot
+		}
+	}
+	if live == "" {
+		t.Fatal("no key of the second node's slots found")
+	}
+	for i, n := range topo.Nodes() {
+		rules := []any{"ACL", "SETUSER", "svc2", "on", ">pw", "~*", "&*", "+@all", "-acl"}
+		if i == 1 {
+			rules = append(rules, "-multi")
+		}
+		if err := n.Admin().Do(ctx, rules...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r = runOK(t, Options{Addrs: addrs, Dialer: dialer(t, topo), Username: "svc2", Password: "pw", Primitives: []string{FencedLock}, Keys: []string{live}})
+	if c := find(t, r, "acl/fenced-lock"); c.Status != Warn || !strings.Contains(c.Reason, "cannot be queued") ||
+		!strings.Contains(c.Reason, topo.Nodes()[1].Addr) {
+		t.Errorf("a node refusing MULTI: %+v", c)
+	}
+	if v, err := n2.Get(ctx, live).Result(); v != "live-lock-token" || err != nil {
+		t.Fatalf("the live lock on the node refusing MULTI is %q, %v: the check ran commands", v, err)
+	}
+	if g := guarantee(t, r, "fenced-lock/lose-replies"); !g.Unchecked {
+		t.Errorf("fencing guarantee with the ACL unchecked on a node: %+v", g)
 	}
 	// Forget slot 0 everywhere: uncovered.
 	for _, n := range topo.Nodes() {
