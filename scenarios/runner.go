@@ -386,7 +386,7 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	if ext := cfg.External; ext != nil {
 		// One connection first, as the clients will connect: a plaintext
 		// client on a TLS-only port (or the reverse) is told so at once.
-		tr, err := tlsopt.Probe(ctx, ext.Addrs[0], ext.tlsConfig(), nil, 2*time.Second)
+		tr, err := tlsopt.ProbeAny(ctx, ext.Addrs, ext.tlsConfig(), nil, 2*time.Second)
 		if err != nil {
 			return nil, fmt.Errorf("scenarios: cannot reach %v: %w", ext.Addrs, err)
 		}

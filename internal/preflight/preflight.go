@@ -194,7 +194,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	// One connection first, as the clients will connect: a plaintext client
 	// on a TLS-only port (or the reverse) is told so at once, not after the
 	// client's retries.
-	tr, err := tlsopt.Probe(ctx, o.Addrs[0], o.TLSConfig, o.Dialer, o.Timeout)
+	tr, err := tlsopt.ProbeAny(ctx, o.Addrs, o.TLSConfig, o.Dialer, o.Timeout)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConnect, err) // err starts with the address
 	}

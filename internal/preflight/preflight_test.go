@@ -365,6 +365,12 @@ func TestSentinel(t *testing.T) {
 	if r.Topology != "sentinel" {
 		t.Errorf("topology %q", r.Topology)
 	}
+	// A sentinel down, first in the list: the deployment is still checked
+	// (the transport probe tries the next address), and the line says so.
+	down := runOK(t, Options{Addrs: append([]string{"127.0.0.1:1"}, addrs...), MasterName: testbed.MasterName, Dialer: dialer(t, topo)})
+	if c := find(t, down, "sentinel"); c.Status != Warn || !strings.Contains(c.Reason, fmt.Sprintf("%d/%d sentinels reachable", len(addrs), len(addrs)+1)) {
+		t.Errorf("a sentinel down: %+v", c)
+	}
 	c := find(t, r, "replication")
 	if c.Status != Warn || !strings.Contains(c.Reason, "1 replica(s)") || !strings.Contains(c.Reason, "min-replicas-to-write 0") ||
 		c.Scenario != "fenced-lock/failover-forced" {

@@ -147,6 +147,26 @@ func names(c *x509.Certificate) string {
 	return "for " + strings.Join(ns, ", ")
 }
 
+// ProbeAny probes the addresses in turn (Probe) and returns the first that
+// answers: a deployment with a node down (a sentinel, a cluster's seed) is
+// still reached. A transport mismatch (Mismatch) is returned at once: the
+// other addresses of one deployment speak the same. When none answers, the
+// error names each address's failure.
+func ProbeAny(ctx context.Context, addrs []string, cfg *tls.Config, dial Dialer, timeout time.Duration) (Result, error) {
+	var errs []error
+	for _, a := range addrs {
+		r, err := Probe(ctx, a, cfg, dial, timeout)
+		if err == nil || Mismatch(err) {
+			return r, err
+		}
+		errs = append(errs, err)
+	}
+	if len(errs) == 0 {
+		return Result{}, errors.New("no address to probe")
+	}
+	return Result{}, errors.Join(errs...)
+}
+
 // Probe connects to addr once, as the options' clients will (cfg nil:
 // plaintext), sends PING and reads the answer, within timeout. It tells the
 // transport mismatches apart: ErrTLSOnly for a plaintext client on a TLS-only
