@@ -2,6 +2,7 @@ package scenarios_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,6 +35,7 @@ func TestProviderParity(t *testing.T) {
 				t.Fatalf("%s: %v %v", name, ss, err)
 			}
 			verdicts := map[string]scenarios.Verdict{}
+			effects := map[string]string{}
 			for _, provider := range []string{"local", "docker"} {
 				d := 3 * time.Second
 				if name == "fenced-lock/kill-restart-noaof" {
@@ -62,6 +64,7 @@ func TestProviderParity(t *testing.T) {
 				}
 				t.Logf("%s on %s: %s (hazard %q) in %v", name, provider, o.Verdict, o.Hazard, time.Since(start).Round(time.Millisecond))
 				verdicts[provider] = o.Verdict
+				effects[provider] = strings.Join(o.Effects, "; ")
 			}
 			// A scenario that may show its hazard (failover-sentinel: the
 			// last increments may or may not have replicated;
@@ -74,6 +77,19 @@ func TestProviderParity(t *testing.T) {
 			mayDiffer := false
 			for _, p := range ss[0].Properties {
 				mayDiffer = mayDiffer || p.Expect == scenarios.MayHazard
+			}
+			if verdicts["local"] != verdicts["docker"] && !mayDiffer {
+				t.Errorf("%s: %s on local, %s on docker", name, verdicts["local"], verdicts["docker"])
+			}
+			// Where the verdict may differ, the fault must still have had
+			// its effect on both: a kill and restart that did nothing in a
+			// container would PASS beside local's HAZARD.
+			if name == "fenced-lock/kill-restart-noaof" {
+				for p, ef := range effects {
+					if !strings.Contains(ef, "lost the dataset") {
+						t.Errorf("%s on %s: the restart's loss of the dataset was not proven (effects: %q)", name, p, ef)
+					}
+				}
 			}
 			for p, v := range verdicts {
 				if v == scenarios.Fail || v == scenarios.Unknown {
