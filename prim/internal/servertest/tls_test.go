@@ -1,7 +1,11 @@
 package servertest_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -56,8 +60,22 @@ func TestFencedLockOverTLS(t *testing.T) {
 func fencedLockRound(t *testing.T, c redis.UniversalClient) {
 	t.Helper()
 	ctx := ctxT(t, time.Minute)
-	co := prim.New(c)
+	// The watcher's dedicated connections (tracking, Pub/Sub) must work over
+	// TLS too: a waiter would still be handed the lock by the 50ms re-checks
+	// without them, so the test reads the log for their failure.
+	var logs bytes.Buffer
+	var logMu sync.Mutex
+	co := prim.New(c, prim.WithLogger(slog.New(slog.NewTextHandler(lockedWriter{&logs, &logMu}, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 	defer co.Close()
+	defer func() {
+		logMu.Lock()
+		defer logMu.Unlock()
+		for _, bad := range []string{"subscription failed", "subscription refused", "invalidations unavailable", "level=WARN", "level=ERROR"} {
+			if strings.Contains(logs.String(), bad) {
+				t.Errorf("prim logged %q over TLS:\n%s", bad, logs.String())
+			}
+		}
+	}()
 	lease, fence := "{tls}:lease", "{tls}:fence"
 	l, err := co.TryAcquireFencedLock(ctx, lease, fence, 30*time.Second)
 	if err != nil {
@@ -80,7 +98,7 @@ func fencedLockRound(t *testing.T, c redis.UniversalClient) {
 	if r, err := l.Release(ctx); r != prim.Released || err != nil {
 		t.Fatalf("release: %v %v", r, err)
 	}
-	// Woken by the release's invalidation, not by the 10s lease running out: a
+	// Woken by the release's invalidation, not by the 30s lease running out: a
 	// user would notice seconds.
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
