@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -447,20 +448,20 @@ func (h *holderSet) set(proc int, holding bool) {
 	}
 }
 
-// pick returns a process that holds the lock, the lowest one (the draw
-// stays the seed's: r is drawn once either way), or a random one of n.
+// pick returns one of the processes that hold the lock (or a permit), or a
+// random one of n when none does; r is drawn once either way, so the draws
+// stay the seed's.
 func (h *holderSet) pick(r *rand.Rand, n int) int {
 	x := r.IntN(n)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	best := -1
+	holders := make([]int, 0, len(h.on))
 	for p := range h.on {
-		if best < 0 || p < best {
-			best = p
-		}
+		holders = append(holders, p)
 	}
-	if best >= 0 {
-		return best
+	if len(holders) == 0 {
+		return x
 	}
-	return x
+	slices.Sort(holders)
+	return holders[x%len(holders)]
 }

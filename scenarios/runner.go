@@ -824,7 +824,15 @@ func warmUp(ctx context.Context, env *Env) {
 	var wg sync.WaitGroup
 	for _, c := range cs {
 		wg.Add(1)
-		go func() { defer wg.Done(); _ = c.Ping(ctx).Err() }()
+		go func() {
+			defer wg.Done()
+			if cc, ok := c.(*redis.ClusterClient); ok {
+				// Every node of a cluster, not the one a PING lands on.
+				_ = cc.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error { return n.Ping(ctx).Err() })
+				return
+			}
+			_ = c.Ping(ctx).Err()
+		}()
 	}
 	wg.Wait()
 }

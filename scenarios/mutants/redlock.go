@@ -117,6 +117,11 @@ func onEach(ctx context.Context, nodes []redis.UniversalClient, f func(ctx conte
 			defer t.Stop()
 			select {
 			case a := <-ch:
+				if errors.Is(a.err, context.DeadlineExceeded) && ctx.Err() == nil {
+					// The node's own bound ran out (go-redis waiting for a
+					// connection, say) before the timer fired: a timeout.
+					a = nodeAnswer{err: errors.New("node timeout"), timedOut: true}
+				}
 				out[i] = a
 			case <-t.C:
 				out[i] = nodeAnswer{err: errors.New("node timeout"), timedOut: true}
