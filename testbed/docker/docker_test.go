@@ -24,19 +24,7 @@ import (
 // up to date).
 func dockerBuild(t *testing.T) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := Available(ctx); err != nil {
-		t.Skipf("the docker provider needs a Docker engine: %v", err)
-	}
-	b := testbed.Matrix()[0]
-	if b == testbed.CustomBuild {
-		t.Skip("a binary of your own (" + testbed.EnvServerBin + ") has no image")
-	}
-	if out, err := exec.Command("../../scripts/build-images.sh", b).CombinedOutput(); err != nil {
-		t.Fatalf("scripts/build-images.sh %s: %v\n%s", b, err, out)
-	}
-	return b
+	return NeedImages(t, testbed.Matrix()[0])[0]
 }
 
 // dockerLeft lists what is left on the engine with the run's label.
