@@ -110,7 +110,7 @@ func preflightCmd(args []string, stdout, stderr io.Writer) int {
 	defer cancel()
 	rep, err := preflight.Run(ctx, o)
 	if err != nil {
-		fmt.Fprintf(stderr, "coordtorture preflight: %v\n", err)
+		fmt.Fprintf(stderr, "coordtorture preflight: %s\n", strings.TrimPrefix(err.Error(), "preflight: "))
 		return 2
 	}
 	if asJSON {
@@ -119,7 +119,7 @@ func preflightCmd(args []string, stdout, stderr io.Writer) int {
 		err = rep.WriteText(stdout)
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "coordtorture preflight: %v\n", err)
+		fmt.Fprintf(stderr, "coordtorture preflight: %s\n", strings.TrimPrefix(err.Error(), "preflight: "))
 		return 2
 	}
 	return rep.ExitStatus()

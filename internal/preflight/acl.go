@@ -167,9 +167,13 @@ func (p *run) checkACL(ctx context.Context) {
 				}
 			}
 		}
+		// where names each denied command with the keys and nodes it was
+		// denied for, when not all of them; said once before the list when
+		// every command shares it.
 		where := func(names []string) []string {
-			var out []string
-			for _, n := range dedupe(names) {
+			names = dedupe(names)
+			ats := make([]string, len(names))
+			for i, n := range names {
 				var at []string
 				if len(p.o.Keys) > 1 && len(keyed[n]) < len(p.o.Keys) {
 					at = append(at, "for "+strings.Join(keyed[n], ", "))
@@ -177,10 +181,17 @@ func (p *run) checkACL(ctx context.Context) {
 				if len(p.nodes) > 1 && len(on[n]) < len(p.nodes) {
 					at = append(at, "on "+strings.Join(on[n], ", "))
 				}
-				if len(at) > 0 {
-					n += " (" + strings.Join(at, "; ") + ")"
+				ats[i] = strings.Join(at, "; ")
+			}
+			out := slices.Clone(names)
+			if len(names) > 1 && ats[0] != "" && !slices.ContainsFunc(ats, func(a string) bool { return a != ats[0] }) {
+				out[0] = "(" + ats[0] + ") " + out[0]
+				return out
+			}
+			for i := range out {
+				if ats[i] != "" {
+					out[i] += " (" + ats[i] + ")"
 				}
-				out = append(out, n)
 			}
 			return out
 		}

@@ -313,7 +313,8 @@ func TestMisconfigured(t *testing.T) {
 	}
 	r = runOK(t, Options{Addrs: []string{addr}, Dialer: dial, Username: "patterns", Password: "pw", Primitives: []string{FencedLock},
 		Keys: []string{"orders:1", "billing:1"}})
-	if c := find(t, r, "acl/fenced-lock"); c.Status != Fail || !strings.Contains(c.Reason, "EVALSHA (for billing:1)") {
+	if c := find(t, r, "acl/fenced-lock"); c.Status != Fail || !strings.Contains(c.Reason, "denied (for billing:1) EVALSHA, EVAL") ||
+		!strings.Contains(c.Fix, "key patterns") || strings.Contains(c.Fix, "+evalsha") {
 		t.Errorf("a key outside the user's patterns: %+v", c)
 	}
 	// prim's documented pair {name}:lease / {name}:fence: the counter
