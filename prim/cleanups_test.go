@@ -48,26 +48,3 @@ func TestBoundedLateTracked(t *testing.T) {
 		t.Fatalf("after 100 clean-ups: %v", err)
 	}
 }
-
-// A permit's background clean-up gives up at once on an ACL refusal (a user
-// without CLIENT KILL, or without the release script's commands): the
-// refusal will not go away within the window, where a failure of the
-// network might. Other errors are retried until the window ends. No server.
-func TestRetryCleanupStopsAtRefusal(t *testing.T) {
-	c := &Coordinator{window: time.Minute, bg: &cleanups{}}
-	calls := 0
-	start := time.Now()
-	err := c.retryCleanup(func(context.Context) error {
-		calls++
-		return serverError(replyErr("NOPERM User app has no permissions to run the 'client|kill' command"))
-	})
-	if !errors.Is(err, ErrNoPermission) || calls != 1 || time.Since(start) > 5*time.Second {
-		t.Fatalf("after a NOPERM refusal: %v, %d calls in %v; want ErrNoPermission after one call", err, calls, time.Since(start))
-	}
-	c.window = 300 * time.Millisecond
-	calls = 0
-	err = c.retryCleanup(func(context.Context) error { calls++; return context.DeadlineExceeded })
-	if !errors.Is(err, context.DeadlineExceeded) || calls < 2 {
-		t.Fatalf("a timeout: %v after %d calls; want retries until the window ends", err, calls)
-	}
-}

@@ -285,8 +285,7 @@
 //   - Close never fails and waits about a second at most; a release not
 //     confirmed by then is retried in the background with capped, jittered
 //     back-off (50ms doubling to 5s) for up to a minute (the clean-up
-//     window, WithCleanupWindow); an ACL refusal ([ErrNoPermission]) ends
-//     the retries at once.
+//     window, WithCleanupWindow).
 //
 // An acquisition runs on a dedicated connection. When its outcome is uncertain
 // (its context ended, its reply was lost) it is never replayed nor returned as

@@ -493,8 +493,7 @@ func cleanupReason(err error) string {
 // retryCleanup runs step, each attempt bounded to about a second, until it
 // succeeds or the clean-up window is over, pausing between attempts with
 // capped, jittered exponential back-off (50ms doubling to 5s, each pause
-// between half and all of it), or until the ACL refuses it (ErrNoPermission:
-// it gives up at once). It returns the last error, or nil.
+// between half and all of it). It returns the last error, or nil.
 func (c *Coordinator) retryCleanup(step func(context.Context) error) error {
 	end := time.Now().Add(c.window)
 	pause := 50 * time.Millisecond
@@ -504,13 +503,6 @@ func (c *Coordinator) retryCleanup(step func(context.Context) error) error {
 		cancel()
 		if err == nil {
 			return nil
-		}
-		if errors.Is(err, ErrNoPermission) {
-			// The ACL refuses it (a user without CLIENT KILL, or without
-			// the script's commands): that does not pass within the window,
-			// as a network failure might; give up now (the caller counts
-			// and logs it).
-			return err
 		}
 		d := pause/2 + rand.N(pause/2+1)
 		if time.Now().Add(d).After(end) {
