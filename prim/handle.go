@@ -93,12 +93,10 @@ type handle struct {
 
 	op chan struct{} // one operation at a time
 
-	mu       sync.Mutex
-	deadline time.Time // local estimate of the lease end, from before the request was sent
-	state    lockState
-	done     chan struct{} // closed when ownership ends (see Done)
-	ended    bool          // done is closed
-	timer    *time.Timer   // closes done at the deadline
+	mu        sync.Mutex
+	deadline  time.Time // local estimate of the lease end, from before the request was sent
+	state     lockState
+	doneTimer // Done: closed when ownership ends (mu)
 
 	closeOnce sync.Once
 	closeErr  error
@@ -108,40 +106,14 @@ type handle struct {
 // to the acquisition script, so it is boxed once for the handle's lifetime.
 func newHandle(c *Coordinator, kind, key string, owner any, extra []any, deadline time.Time, s *leaseScripts) handle {
 	return handle{c: c, kind: kind, key: key, owner: owner, extra: extra, script: s,
-		op: make(chan struct{}, 1), deadline: deadline, done: make(chan struct{})}
+		op: make(chan struct{}, 1), deadline: deadline, doneTimer: newDoneTimer()}
 }
 
 // start arms the deadline timer of a handle about to be returned.
 func (h *handle) start() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !h.ended {
-		h.timer = time.AfterFunc(time.Until(h.deadline), h.onDeadline)
-	}
-}
-
-func (h *handle) onDeadline() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.ended {
-		return
-	}
-	if d := time.Until(h.deadline); d > 0 { // renewed meanwhile
-		h.timer.Reset(d)
-		return
-	}
-	h.endLocked()
-}
-
-func (h *handle) endLocked() {
-	if h.ended {
-		return
-	}
-	h.ended = true
-	close(h.done)
-	if h.timer != nil {
-		h.timer.Stop()
-	}
+	h.armLocked(&h.mu, &h.deadline)
 }
 
 func (h *handle) args(ttl time.Duration) []any {

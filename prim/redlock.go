@@ -454,7 +454,7 @@ func (g *RedlockGroup) TryAcquire(ctx context.Context, key string, ttl time.Dura
 	n := len(g.nodes)
 	owner := newOwnerToken()
 	l := &RedlockLease{g: g, key: key, owner: owner, ownerArg: any(owner), inflight: make([]chan struct{}, n),
-		op: make(chan struct{}, 1), done: make(chan struct{}), state: stateHeld}
+		op: make(chan struct{}, 1), doneTimer: newDoneTimer(), state: stateHeld}
 	for i := range l.inflight {
 		l.inflight[i] = make(chan struct{})
 	}
@@ -560,13 +560,11 @@ type RedlockLease struct {
 
 	op chan struct{} // one renewal or release at a time
 
-	mu       sync.Mutex
-	deadline time.Time // start of the last confirmed request + ttl − drift
-	state    lockState // stateHeld or stateReleased
-	cleaned  bool      // a release reached a quorum
-	done     chan struct{}
-	ended    bool
-	timer    *time.Timer
+	mu        sync.Mutex
+	deadline  time.Time // start of the last confirmed request + ttl − drift
+	state     lockState // stateHeld or stateReleased
+	cleaned   bool      // a release reached a quorum
+	doneTimer           // Done (mu); armed the first time anyone asks for it
 
 	closeOnce sync.Once
 }
@@ -587,33 +585,7 @@ func (l *RedlockLease) AcquiredOn() int { return l.acquiredOn }
 func (l *RedlockLease) arm() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.ended && l.timer == nil {
-		l.timer = time.AfterFunc(time.Until(l.deadline), l.onDeadline)
-	}
-}
-
-func (l *RedlockLease) onDeadline() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.ended {
-		return
-	}
-	if d := time.Until(l.deadline); d > 0 { // renewed meanwhile
-		l.timer.Reset(d)
-		return
-	}
-	l.endLocked()
-}
-
-func (l *RedlockLease) endLocked() {
-	if l.ended {
-		return
-	}
-	l.ended = true
-	close(l.done)
-	if l.timer != nil {
-		l.timer.Stop()
-	}
+	l.armLocked(&l.mu, &l.deadline)
 }
 
 // stop marks the lease not owned (released): ownership has ended.
