@@ -626,7 +626,10 @@ func (l *RedlockLease) State() State {
 }
 
 // Done is closed when ownership ends: the estimate ran out, a renewal ended
-// the lease, or it was released. Stop protected work then.
+// the lease, or it was released. Stop protected work then. It stays closed:
+// a renewal in flight when the estimate ran out may still return true (the
+// quorum confirmed it), but the protected work had to stop meanwhile; take a
+// new lease for more of it.
 func (l *RedlockLease) Done() <-chan struct{} {
 	l.arm()
 	return l.done
