@@ -39,6 +39,10 @@ the harness scenario that shows the hazard:
                            regress after a restart)
   replication              role, replicas, lag, min-replicas-to-write
   sentinel                 with --master-name: master known, SENTINEL CKQUORUM
+  acl/sentinel             with --master-name: whether --user may ask each
+                           sentinel what go-redis's failover client asks (the
+                           primary's address, the other sentinels, the
+                           failover announcements' channels)
   cluster                  with --cluster: cluster_state, all 16384 slots
   clock                    server TIME against this machine's clock
   tracking-table-max-keys, busy-reply-threshold (lua-time-limit)

@@ -799,8 +799,8 @@ func orUnknown(v string, ok bool) string {
 }
 
 func (p *run) checkSentinels(ctx context.Context) {
-	reachable, known, quorumOK := 0, 0, 0
-	var errs []string
+	reachable, known, quorumOK, aclAsked := 0, 0, 0, 0
+	var errs, deniedReq, deniedOpt []string
 	for _, a := range p.o.Addrs {
 		so := &redis.Options{Addr: a, Username: p.o.Username, Password: p.o.Password, DialTimeout: p.o.Timeout,
 			ReadTimeout: p.o.Timeout, WriteTimeout: p.o.Timeout, DisableIdentity: true,
@@ -824,9 +824,25 @@ func (p *run) checkSentinels(ctx context.Context) {
 		} else {
 			errs = append(errs, a+": CKQUORUM: "+err.Error())
 		}
+		// What go-redis's failover client asks a sentinel, as this user:
+		// the primary's address, the other sentinels, and the failover
+		// announcements (a Pub/Sub subscription, then closed).
+		if err := s.GetMasterAddrByName(cctx, p.o.MasterName).Err(); noperm(err) {
+			deniedReq = append(deniedReq, a+": SENTINEL GET-MASTER-ADDR-BY-NAME")
+		}
+		if err := s.Sentinels(cctx, p.o.MasterName).Err(); noperm(err) {
+			deniedOpt = append(deniedOpt, a+": SENTINEL SENTINELS")
+		}
+		ps := s.Subscribe(cctx, "+switch-master", "+replica-reconf-done")
+		if _, err := ps.Receive(cctx); noperm(err) {
+			deniedOpt = append(deniedOpt, a+": SUBSCRIBE +switch-master +replica-reconf-done")
+		}
+		ps.Close()
+		aclAsked++
 		cancel()
 		s.Close()
 	}
+	p.sentinelACL(aclAsked, deniedReq, deniedOpt)
 	n := len(p.o.Addrs)
 	desc := fmt.Sprintf("%d/%d sentinels reachable, %d know %q, CKQUORUM OK on %d", reachable, n, known, p.o.MasterName, quorumOK)
 	switch {
@@ -838,6 +854,29 @@ func (p *run) checkSentinels(ctx context.Context) {
 		p.add(Check{Name: "sentinel", Status: Warn, Reason: desc + ": fewer than 3 sentinels", Fix: "run at least 3 sentinels on separate machines"})
 	default:
 		p.add(Check{Name: "sentinel", Status: OK, Reason: desc})
+	}
+}
+
+// sentinelACL is the acl/sentinel line: whether this user may send the
+// sentinels what go-redis's failover client sends them. Without the
+// primary's address it cannot connect (FAIL); without the other sentinels or
+// the failover announcements it learns of a failover only when the old
+// primary fails it (WARN).
+func (p *run) sentinelACL(asked int, denied, deniedOpt []string) {
+	if asked == 0 {
+		return // no sentinel answered: the sentinel line says so
+	}
+	grant := "on each sentinel: ACL SETUSER " + p.r.User + " +sentinel|get-master-addr-by-name +sentinel|sentinels +subscribe &+switch-master &+replica-reconf-done"
+	switch {
+	case len(denied) > 0:
+		p.add(Check{Name: "acl/sentinel", Status: Fail, Reason: fmt.Sprintf("user %q: denied %s", p.r.User, strings.Join(append(denied, deniedOpt...), "; ")) +
+			": the failover client cannot learn the primary's address", Fix: grant})
+	case len(deniedOpt) > 0:
+		p.add(Check{Name: "acl/sentinel", Status: Warn, Reason: fmt.Sprintf("user %q: denied %s", p.r.User, strings.Join(deniedOpt, "; ")) +
+			": the failover client learns of a failover only when the old primary fails it", Fix: grant})
+	default:
+		p.add(Check{Name: "acl/sentinel", Status: OK, Reason: fmt.Sprintf("user %q may ask %s for the primary, the other sentinels and the failover announcements",
+			p.r.User, fmt.Sprintf("%d sentinel(s)", asked))})
 	}
 }
 

@@ -383,6 +383,36 @@ func TestSentinel(t *testing.T) {
 	if g := guarantee(t, r, "fenced-lock/failover-forced"); g.Holds {
 		t.Errorf("failover guarantee holds with asynchronous replication: %+v", g)
 	}
+	if c := find(t, r, "acl/sentinel"); c.Status != OK || !strings.Contains(c.Reason, "3 sentinel(s)") {
+		t.Errorf("acl/sentinel for the default user: %+v", c)
+	}
+	// The sentinels keep their own ACL: a user without the failover
+	// announcements' channels (WARN), then without the primary's address
+	// (FAIL), as go-redis's failover client would meet them.
+	ctx := context.Background()
+	for _, u := range []struct {
+		rules  []any
+		status Status
+		want   string
+	}{
+		{[]any{"resetchannels", "+@all"}, Warn, "SUBSCRIBE +switch-master"},
+		{[]any{"allchannels", "+@all", "-sentinel|get-master-addr-by-name"}, Fail, "SENTINEL GET-MASTER-ADDR-BY-NAME"},
+	} {
+		for _, n := range topo.Sentinels() {
+			if err := n.Admin().Do(ctx, append([]any{"ACL", "SETUSER", "svc", "reset", "on", ">pw", "~*"}, u.rules...)...).Err(); err != nil {
+				t.Fatalf("%s: %v", n.Name, err)
+			}
+		}
+		for _, n := range topo.Nodes() { // the data nodes: everything
+			if err := n.Admin().Do(ctx, "ACL", "SETUSER", "svc", "reset", "on", ">pw", "~*", "&*", "+@all").Err(); err != nil {
+				t.Fatalf("%s: %v", n.Name, err)
+			}
+		}
+		r := runOK(t, Options{Addrs: addrs, MasterName: testbed.MasterName, Dialer: dialer(t, topo), Username: "svc", Password: "pw"})
+		if c := find(t, r, "acl/sentinel"); c.Status != u.status || !strings.Contains(c.Reason, u.want) {
+			t.Errorf("sentinels with %v: %+v, want %s naming %s", u.rules, c, u.status, u.want)
+		}
+	}
 	// min-replicas-to-write 1 narrows the window: OK, and still at risk.
 	primary, err := topo.Primary(context.Background())
 	if err != nil {
