@@ -140,6 +140,16 @@ func (w *watcher) run(ctx context.Context) {
 	refusedBackoff := 50 * time.Millisecond // grows until a subscription is confirmed
 	for ctx.Err() == nil {
 		if err := w.pubsub.Subscribe(ctx, "__redis__:invalidate"); err != nil {
+			var re redis.Error
+			if errors.As(err, &re) {
+				// The server refused the connection's set-up (NOPERM on
+				// CLIENT ID: a user without prim.ACLWaiting): as a refused
+				// SUBSCRIBE, waiters re-check on a timer, and it is said.
+				w.refuse(ctx, err)
+				sleepCtx(ctx, refusedBackoff)
+				refusedBackoff = min(2*refusedBackoff, maxRefusedBackoff)
+				continue
+			}
 			w.c.logger.Debug("prim: invalidation subscription failed; retrying", "node", w.addr, "err", err)
 			sleepCtx(ctx, backoff)
 			backoff = min(2*backoff, 2*time.Second)
@@ -227,7 +237,7 @@ func (w *watcher) refuse(ctx context.Context, err error) {
 	w.mu.Unlock()
 	if first {
 		w.c.logger.Warn("prim: invalidation subscription refused by the server; waiters on this node re-check on a timer (every 50ms, one waiter per lock) until it is allowed",
-			"node", w.addr, "err", err, "fix", "allow the channel __redis__:invalidate to the ACL user (&__redis__:invalidate)")
+			"node", w.addr, "err", err, "fix", "grant the ACL user prim.ACLWaiting ("+ACLWaiting+"): the refused command or the channel __redis__:invalidate")
 		w.c.m.degradedAdd(ctx, "subscribe-refused")
 	}
 }

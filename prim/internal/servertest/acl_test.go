@@ -334,6 +334,12 @@ func TestLeastPrivilegeWaiting(t *testing.T) {
 		t.Run("without the channel polls", func(t *testing.T) {
 			wait(t, rules(prim.ACLFencedLock, prim.ACLWaiting, "resetchannels"), false)
 		})
+		// Without ACLWaiting at all (the watcher's CLIENT ID is refused when
+		// its connection opens): polling as documented, not a 2s stall per
+		// re-check, and the Warn (the second review found both missing).
+		t.Run("without ACLWaiting polls", func(t *testing.T) {
+			wait(t, rules(prim.ACLFencedLock), false)
+		})
 	})
 }
 
@@ -535,40 +541,45 @@ func TestLeastPrivilegeLatch(t *testing.T) {
 				t.Errorf("warnings: %s", w)
 			}
 		})
-		t.Run("without the channel Wait re-reads", func(t *testing.T) {
-			e.admin.Del(ctx, key)
-			u := e.user(t, ctx, rules(prim.ACLCountdownLatch, prim.ACLWaiting, "resetchannels"))
-			l, err := u.co.CreateCountdownLatch(ctx, key, 1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := make(chan error, 1)
-			go func() {
-				_, err := l.Wait(ctx)
-				got <- err
-			}()
-			time.Sleep(100 * time.Millisecond) // Wait waits
-			if _, err := l.CountDown(ctx); err != nil {
-				t.Fatal(err)
-			}
-			counted := time.Now()
-			select {
-			case err := <-got:
+		for name, rule := range map[string]string{
+			"without the channel Wait re-reads": rules(prim.ACLCountdownLatch, prim.ACLWaiting, "resetchannels"),
+			"without ACLWaiting Wait re-reads":  rules(prim.ACLCountdownLatch),
+		} {
+			t.Run(name, func(t *testing.T) {
+				e.admin.Del(ctx, key)
+				u := e.user(t, ctx, rule)
+				l, err := u.co.CreateCountdownLatch(ctx, key, 1)
 				if err != nil {
 					t.Fatal(err)
 				}
-			case <-time.After(noticeable):
-				t.Fatalf("Wait did not return within %v of the count reaching 0", noticeable)
-			}
-			// Without invalidations Wait re-reads every 250ms; a user notices a
-			// second.
-			if took := time.Since(counted); took > time.Second {
-				t.Errorf("Wait returned %v after the count reached 0", took)
-			}
-			if w := u.log.all(); !strings.Contains(w, "subscription refused") {
-				t.Errorf("no warning about the refused subscription: %q", w)
-			}
-		})
+				got := make(chan error, 1)
+				go func() {
+					_, err := l.Wait(ctx)
+					got <- err
+				}()
+				time.Sleep(100 * time.Millisecond) // Wait waits
+				if _, err := l.CountDown(ctx); err != nil {
+					t.Fatal(err)
+				}
+				counted := time.Now()
+				select {
+				case err := <-got:
+					if err != nil {
+						t.Fatal(err)
+					}
+				case <-time.After(noticeable):
+					t.Fatalf("Wait did not return within %v of the count reaching 0", noticeable)
+				}
+				// Without invalidations Wait re-reads every 250ms; a user notices a
+				// second.
+				if took := time.Since(counted); took > time.Second {
+					t.Errorf("Wait returned %v after the count reached 0", took)
+				}
+				if w := u.log.all(); !strings.Contains(w, "subscription refused") {
+					t.Errorf("no warning about the refused subscription: %q", w)
+				}
+			})
+		}
 		t.Run("without HINCRBY", func(t *testing.T) {
 			e.admin.Del(ctx, key)
 			if _, err := prim.New(e.admin).CreateCountdownLatch(ctx, key, 2); err != nil {
