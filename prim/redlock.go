@@ -103,8 +103,9 @@ var ErrHeldElsewhere = errors.New("prim: held by another owner on this node")
 // reason — ErrNotAcquired (contention: nodes held by other owners alone
 // prevent a quorum), ErrNoQuorum (failed nodes prevent it) or
 // ErrValidityExpired — and, for an acquisition, ErrNotAcquired whatever the
-// reason, and the refusal classes of its nodes' errors (ErrNoPermission where
-// a node's ACL refused a command).
+// reason, and the refusal classes of its nodes' errors where those refusals
+// alone prevented the quorum (ErrNoPermission where the nodes' ACL refused a
+// command).
 type RedlockError struct {
 	Op        string        // "acquire", "renew" or "release"
 	Key       string        // the key
@@ -144,23 +145,32 @@ func (e *RedlockError) Error() string {
 	return b.String()
 }
 
-// Is matches the reason, for an acquisition ErrNotAcquired, and each class of
-// server refusal a node answered ([ErrServerRefused], [ErrNoPermission], …): a
-// user whose ACL lacks a command on a node sees ErrNoPermission, whatever
-// else prevented the quorum.
+// Is matches the reason, for an acquisition ErrNotAcquired, and, when the
+// nodes' refusals alone prevented the quorum (ErrNoQuorum with more nodes
+// refusing than the group can spare), each class of server refusal they
+// answered ([ErrServerRefused], [ErrNoPermission], …): a user whose ACL
+// lacks a command on the nodes sees ErrNoPermission; a refusing minority
+// does not turn contention or timeouts into a refusal.
 func (e *RedlockError) Is(target error) bool {
 	if target == e.reason || (target == ErrNotAcquired && e.Op == "acquire") {
 		return true
 	}
-	if target == nil || !errors.Is(target, ErrServerRefused) {
+	if target == nil || !errors.Is(target, ErrServerRefused) || e.reason != ErrNoQuorum {
 		return false
 	}
+	// Only where the refusals alone kept the quorum out of reach (more
+	// nodes refused than the group can spare beside the contended ones):
+	// a refusing minority under contention, or beside timeouts, is not
+	// what the caller should act on, and nodes not waited for are not
+	// counted.
+	refused, match := 0, false
 	for _, err := range e.NodeErrors {
-		if err != nil && errors.Is(err, target) {
-			return true
+		if err != nil && errors.Is(err, ErrServerRefused) {
+			refused++
+			match = match || errors.Is(err, target)
 		}
 	}
-	return false
+	return match && refused > e.Nodes-e.Quorum-e.Contended
 }
 
 // Reason is ErrNotAcquired (contention), ErrNoQuorum or ErrValidityExpired.
