@@ -93,18 +93,19 @@ const (
 	// the Lua counter: it still decides, one round trip later.
 	ACLFixedWindowINCREX = "+increx"
 
-	// ACLCluster: on Redis Cluster, the dedicated connection of the fencing
-	// primitives (fenced-lock renewals, hash leases, read-write leases,
-	// semaphores) sends ASKING to follow an ASK redirection while a slot
-	// migrates; without it such operations fail with [ErrNoPermission]
-	// during the migration. The cluster client itself needs what it sends to
-	// learn the slot map and the commands' key positions, which no rule here
-	// includes: go-redis v9 sends CLUSTER SLOTS (without +cluster|slots every
-	// command fails with ErrNoPermission) and COMMAND (without +command it
-	// logs a refusal on every command). A user with [ACLFencedLock],
-	// [ACLWaiting], [ACLRWLease], ACLCluster and +cluster|slots +command ran
-	// fenced locks and read-write leases on a 3-primary cluster of every
-	// build of the test matrix; that check is not part of the test suite (a
-	// cluster per build is too slow for it).
+	// ACLCluster: on Redis Cluster, every primitive (all but Redlock, whose
+	// nodes are standalone) follows an ASK redirection while a slot migrates
+	// with ASKING: go-redis's cluster client sends it for any command, and
+	// the fencing primitives' dedicated connections too. Without it such
+	// operations fail with [ErrNoPermission] during the migration. The
+	// cluster client itself needs what it sends to learn the slot map and
+	// the commands' key positions, which no rule here includes: go-redis v9
+	// sends CLUSTER SLOTS (without +cluster|slots every command fails with
+	// ErrNoPermission) and COMMAND (without +command it logs a refusal on
+	// every command). A user with [ACLFencedLock], [ACLWaiting],
+	// [ACLRWLease], ACLCluster and +cluster|slots +command ran fenced locks
+	// and read-write leases on a 3-primary cluster of every build of the
+	// test matrix; that check is not part of the test suite (a cluster per
+	// build is too slow for it).
 	ACLCluster = "+asking"
 )

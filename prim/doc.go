@@ -596,8 +596,8 @@
 //   - Rate limiters: [ACLFixedWindow], [ACLSlidingWindow], [ACLTokenBucket],
 //     each its script's commands.
 //   - Redlock, [ACLRedlock], on every node of the group: a failed
-//     acquisition, renewal or release then matches [ErrNoPermission] as well
-//     as its reason.
+//     acquisition, renewal or release whose nodes' refusals kept the quorum
+//     out of reach matches [ErrNoPermission] as well as its reason.
 //
 // Optional commands of newer servers, each a fast path with a fallback that
 // the rules above allow. ACL SETUSER refuses a rule naming a command the
@@ -613,10 +613,10 @@
 //   - [ACLFixedWindowINCREX] (+increx, Redis 8.8+, Valkey 9.2+): the fixed
 //     window's fast path. Without it a decision sends a refused INCREX, then
 //     the script.
-//   - [ACLCluster] (+asking, Redis Cluster): the dedicated connection of the
-//     fencing primitives follows an ASK redirection while a slot migrates;
-//     without it those operations fail with [ErrNoPermission] during the
-//     migration. go-redis's cluster client sends CLUSTER SLOTS and COMMAND
+//   - [ACLCluster] (+asking, Redis Cluster, every primitive but Redlock):
+//     go-redis's cluster client and the fencing primitives' dedicated
+//     connections follow an ASK redirection while a slot migrates; without
+//     it operations fail with [ErrNoPermission] during the migration. go-redis's cluster client sends CLUSTER SLOTS and COMMAND
 //     itself: grant +cluster|slots +command as well (without +cluster|slots
 //     every command fails with [ErrNoPermission]).
 //

@@ -19,7 +19,7 @@ func primRules(name string) (required []string, optional []string) {
 		return []string{prim.ACLFencedLock}, []string{prim.ACLFencedLockRelease, prim.ACLCluster}
 	case Waiting:
 		// The watcher's commands, and the fenced lock's key read (PTTL).
-		return []string{prim.ACLFencedLock}, []string{prim.ACLWaiting}
+		return []string{prim.ACLFencedLock}, []string{prim.ACLWaiting, prim.ACLCluster}
 	case HashLease:
 		return []string{prim.ACLHashLease}, []string{prim.ACLHashLeaseHSETEX, prim.ACLCluster}
 	case RWLease:
@@ -27,9 +27,9 @@ func primRules(name string) (required []string, optional []string) {
 	case Semaphore:
 		return []string{prim.ACLSemaphore}, []string{prim.ACLCluster}
 	case Latch:
-		return []string{prim.ACLCountdownLatch}, []string{prim.ACLWaiting}
+		return []string{prim.ACLCountdownLatch}, []string{prim.ACLWaiting, prim.ACLCluster}
 	case RateLimiters:
-		return []string{prim.ACLFixedWindow, prim.ACLSlidingWindow, prim.ACLTokenBucket}, []string{prim.ACLFixedWindowINCREX}
+		return []string{prim.ACLFixedWindow, prim.ACLSlidingWindow, prim.ACLTokenBucket}, []string{prim.ACLFixedWindowINCREX, prim.ACLCluster}
 	case Redlock:
 		return []string{prim.ACLRedlock}, nil
 	}
