@@ -292,12 +292,8 @@ func TestLeastPrivilegeWaiting(t *testing.T) {
 				}
 				got <- err
 			}()
-			deadline := time.Now().Add(noticeable)
-			for invalidations && !waitingOn(ctx, e.admin, u.name) {
-				if time.Now().After(deadline) {
-					t.Fatalf("no tracking and subscribed connection of the user on the server within %v", noticeable)
-				}
-				time.Sleep(10 * time.Millisecond)
+			if invalidations && !eventually(noticeable, func() bool { return waitingOn(ctx, e.admin, u.name) }) {
+				t.Fatalf("no tracking and subscribed connection of the user on the server within %v", noticeable)
 			}
 			if !invalidations {
 				time.Sleep(100 * time.Millisecond) // the waiter waits
@@ -306,14 +302,7 @@ func TestLeastPrivilegeWaiting(t *testing.T) {
 				t.Fatal(err)
 			}
 			released := time.Now()
-			select {
-			case err := <-got:
-				if err != nil {
-					t.Fatal(err)
-				}
-			case <-time.After(noticeable):
-				t.Fatalf("the waiter did not take the lock within %v of its release", noticeable)
-			}
+			returned(t, got, "the waiter did not take the lock within %v of its release")
 			// An invalidation wakes the waiter at once; without it the waiter
 			// re-checks every 50ms. A user notices a hand-off that takes a
 			// second.
@@ -514,12 +503,8 @@ func TestLeastPrivilegeLatch(t *testing.T) {
 				}
 				got <- err
 			}()
-			deadline := time.Now().Add(noticeable)
-			for !waitingOn(ctx, e.admin, u.name) {
-				if time.Now().After(deadline) {
-					t.Fatalf("no tracking and subscribed connection of the user on the server within %v", noticeable)
-				}
-				time.Sleep(10 * time.Millisecond)
+			if !eventually(noticeable, func() bool { return waitingOn(ctx, e.admin, u.name) }) {
+				t.Fatalf("no tracking and subscribed connection of the user on the server within %v", noticeable)
 			}
 			for range 2 {
 				if _, err := l.CountDown(ctx); err != nil {
@@ -529,14 +514,7 @@ func TestLeastPrivilegeLatch(t *testing.T) {
 			if n, err := j.Count(ctx); err != nil || n != 0 {
 				t.Fatalf("Count: %d %v", n, err)
 			}
-			select {
-			case err := <-got:
-				if err != nil {
-					t.Fatal(err)
-				}
-			case <-time.After(noticeable):
-				t.Fatalf("Wait did not return within %v of the count reaching 0", noticeable)
-			}
+			returned(t, got, "Wait did not return within %v of the count reaching 0")
 			if w := u.log.all(); w != "" {
 				t.Errorf("warnings: %s", w)
 			}
@@ -562,14 +540,7 @@ func TestLeastPrivilegeLatch(t *testing.T) {
 					t.Fatal(err)
 				}
 				counted := time.Now()
-				select {
-				case err := <-got:
-					if err != nil {
-						t.Fatal(err)
-					}
-				case <-time.After(noticeable):
-					t.Fatalf("Wait did not return within %v of the count reaching 0", noticeable)
-				}
+				returned(t, got, "Wait did not return within %v of the count reaching 0")
 				// Without invalidations Wait re-reads every 250ms; a user notices a
 				// second.
 				if took := time.Since(counted); took > time.Second {
@@ -719,4 +690,19 @@ func TestLeastPrivilegeRedlock(t *testing.T) {
 			})
 		})
 	})
+}
+
+// returned waits for the operation behind got and fails the test with its
+// error, or with what (a format taking the bound) when nothing came within
+// noticeable.
+func returned(t *testing.T, got <-chan error, what string) {
+	t.Helper()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(noticeable):
+		t.Fatalf(what, noticeable)
+	}
 }
