@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -285,25 +286,43 @@ func serverSkew(ctx context.Context, n *testbed.Node) (time.Duration, error) {
 	return st.Sub(t0.Add(time.Since(t0) / 2)).Round(time.Millisecond), nil
 }
 
-// restartClock restarts node name with its clock 4 ttls ahead (ahead) or on
-// true time, and reads it back (TIME): a restart that did not set the clock
-// is an error (the event fails, the run is UNKNOWN). It returns the skew read.
-func restartClock(ctx context.Context, e *Env, name string, ahead bool) (time.Duration, error) {
+// restartClocks kills the named nodes, then starts them together with their
+// clocks 4 ttls ahead (ahead) or on true time, and reads each back (TIME): a
+// restart that did not set the clock is an error (the event fails, the run is
+// UNKNOWN). It returns the skews read, in the order of names. The nodes are
+// down together and come back together, so the fault's window is one
+// restart's, not one per node.
+func restartClocks(ctx context.Context, e *Env, names []string, ahead bool) ([]time.Duration, error) {
 	off := time.Duration(0)
 	if ahead {
 		off = 4 * e.TTL
 	}
-	if err := e.Topo.SetClockOffset(ctx, name, off); err != nil {
-		return 0, err
+	for _, name := range names {
+		if err := e.Topo.Kill(name); err != nil {
+			return nil, err
+		}
 	}
-	skew, err := serverSkew(ctx, e.Topo.Node(name))
-	if err != nil {
-		return 0, err
+	errs := make([]error, len(names))
+	var wg sync.WaitGroup
+	for i, name := range names {
+		wg.Go(func() { errs[i] = e.Topo.Start(ctx, name, testbed.WithClockOffset(off)) })
 	}
-	if (ahead && skew < off/2) || (!ahead && skew.Abs() > 2*e.TTL) {
-		return 0, fmt.Errorf("%s's clock reads %v from real time, not %v: the restart did not set it", name, skew, off)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
-	return skew, nil
+	skews := make([]time.Duration, len(names))
+	for i, name := range names {
+		skew, err := serverSkew(ctx, e.Topo.Node(name))
+		if err != nil {
+			return nil, err
+		}
+		if (ahead && skew < off/2) || (!ahead && skew.Abs() > 2*e.TTL) {
+			return nil, fmt.Errorf("%s's clock reads %v from real time, not %v: the restart did not set it", name, skew, off)
+		}
+		skews[i] = skew
+	}
+	return skews, nil
 }
 
 // leaseClockJumps restarts the server (with AOF: the leases or permits
@@ -317,10 +336,11 @@ func leaseClockJumps(_ *rand.Rand, d time.Duration) []Event {
 		return func(ctx context.Context, e *Env) error {
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
 			defer cancel()
-			skew, err := restartClock(sctx, e, "n1", ahead)
+			skews, err := restartClocks(sctx, e, []string{"n1"}, ahead)
 			if err != nil {
 				return err
 			}
+			skew := skews[0]
 			if ahead && skew >= e.TTL {
 				// Leases and permits end early only if the jump outruns them.
 				e.EffectExplaining(models.LeaseLossKinds, "n1's clock reads %v from real time", skew)
