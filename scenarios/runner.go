@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -88,10 +89,19 @@ type External struct {
 	Cluster    bool
 	Username   string
 	Password   string
+	// SentinelUsername and SentinelPassword authenticate to the sentinels
+	// (with MasterName), go-redis's FailoverOptions of those names: the data
+	// user's credentials are never sent to them.
+	SentinelUsername string
+	SentinelPassword string
 	// TLS connects with TLS: with TLSConfig, or a default configuration (the
 	// system's CAs) without.
 	TLS       bool
 	TLSConfig *tls.Config
+	// Dialer, when set, opens every TCP connection (a proxy, a source
+	// address the deployment accepts); with TLS the handshake is done over
+	// it. Nil: go-redis's own dialer.
+	Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // tlsConfig is the configuration the clients use; nil for plaintext.
@@ -386,7 +396,7 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	if ext := cfg.External; ext != nil {
 		// One connection first, as the clients will connect: a plaintext
 		// client on a TLS-only port (or the reverse) is told so at once.
-		tr, err := tlsopt.ProbeAny(ctx, ext.Addrs, ext.tlsConfig(), nil, 2*time.Second)
+		tr, err := tlsopt.ProbeAny(ctx, ext.Addrs, ext.tlsConfig(), ext.Dialer, 2*time.Second)
 		if err != nil {
 			return nil, fmt.Errorf("scenarios: cannot reach %v: %w", ext.Addrs, err)
 		}
@@ -745,15 +755,25 @@ func externalClient(ctx context.Context, ext *External, hardened bool) (redis.Un
 		retries = -1
 	}
 	o := &redis.UniversalOptions{Addrs: ext.Addrs, MasterName: ext.MasterName, IsClusterMode: ext.Cluster,
-		Username: ext.Username, Password: ext.Password, MaxRetries: retries,
+		Username: ext.Username, Password: ext.Password, SentinelUsername: ext.SentinelUsername,
+		SentinelPassword: ext.SentinelPassword, MaxRetries: retries,
 		DialTimeout: 2 * time.Second, ReadTimeout: 250 * time.Millisecond, WriteTimeout: 250 * time.Millisecond}
 	o.TLSConfig = ext.tlsConfig()
+	if ext.Dialer != nil {
+		o.Dialer = tlsopt.WrapDialer(ext.Dialer, o.TLSConfig)
+	}
 	c := redis.NewUniversalClient(o)
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := c.Ping(pctx).Err(); err != nil {
 		c.Close()
-		return nil, fmt.Errorf("scenarios: cannot reach %v: %w", ext.Addrs, err)
+		hint := ""
+		if msg := err.Error(); ext.MasterName != "" && strings.Contains(msg, "sentinels") &&
+			(strings.Contains(msg, "NOAUTH") || strings.Contains(msg, "WRONGPASS") || strings.Contains(msg, "NOPERM")) {
+			hint = " (the sentinels are asked with the sentinel credentials, not the data user's: --sentinel-user, " +
+				"password from $COORDTORTURE_SENTINEL_PASSWORD)"
+		}
+		return nil, fmt.Errorf("scenarios: cannot reach %v: %w%s", ext.Addrs, err, hint)
 	}
 	return c, nil
 }

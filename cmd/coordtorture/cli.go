@@ -119,7 +119,7 @@ const (
 type runFlags struct {
 	server, serverBin, provider, impl, out string
 	image                                  string
-	addr, masterName, user                 string
+	addr, masterName, user, sentinelUser   string
 	cluster                                bool
 	tls                                    tlsopt.Options
 	duration, ttl                          time.Duration
@@ -160,6 +160,7 @@ func (f *runFlags) register(fs *flag.FlagSet, cmd string) {
 	str(forRun|forReplay, &f.masterName, "master-name", "", "external: Sentinel master name (--addr lists the sentinels)")
 	boolean(forRun|forReplay, &f.cluster, "cluster", "external: --addr is a cluster (needed when it is a single address)")
 	str(forRun|forReplay, &f.user, "user", "", "external: ACL user name (password from $COORDTORTURE_PASSWORD)")
+	str(forRun|forReplay, &f.sentinelUser, "sentinel-user", "", "external, with --master-name: the sentinels' ACL user (password from $COORDTORTURE_SENTINEL_PASSWORD; neither set: their default user, no AUTH); --user is never sent to the sentinels")
 	if which&(forRun|forReplay) != 0 {
 		f.tls.Register(fs) // external: --tls, --tls-ca, --tls-cert, --tls-key, --tls-server-name, --tls-insecure
 	}
@@ -367,8 +368,8 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 	}
 	switch f.provider {
 	case "local", "docker":
-		if f.addr != "" || f.masterName != "" || f.cluster || f.user != "" || f.tls.Enabled() {
-			fmt.Fprintln(stderr, "coordtorture: --addr, --master-name, --cluster, --user and --tls… need --provider external")
+		if f.addr != "" || f.masterName != "" || f.cluster || f.user != "" || f.sentinelUser != "" || f.tls.Enabled() {
+			fmt.Fprintln(stderr, "coordtorture: --addr, --master-name, --cluster, --user, --sentinel-user and --tls… need --provider external")
 			return 2
 		}
 		if f.provider == "docker" {
@@ -383,12 +384,17 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "coordtorture: --provider external needs --addr host:port[,host:port…]")
 			return 2
 		}
+		if f.masterName == "" && f.sentinelUser != "" {
+			fmt.Fprintln(stderr, "coordtorture: --sentinel-user needs --master-name (the sentinels' addresses in --addr)")
+			return 2
+		}
 		tc, ok := tlsConfig(f.tls, cmd, stderr)
 		if !ok {
 			return 2
 		}
 		ext = &scenarios.External{Addrs: strings.Split(f.addr, ","), MasterName: f.masterName, Cluster: f.cluster,
-			Username: f.user, Password: os.Getenv("COORDTORTURE_PASSWORD"), TLS: tc != nil, TLSConfig: tc}
+			Username: f.user, Password: os.Getenv("COORDTORTURE_PASSWORD"), SentinelUsername: f.sentinelUser,
+			SentinelPassword: os.Getenv("COORDTORTURE_SENTINEL_PASSWORD"), TLS: tc != nil, TLSConfig: tc}
 	default:
 		fmt.Fprintf(stderr, "coordtorture: unknown provider %q (local, docker, external)\n", f.provider)
 		return 2

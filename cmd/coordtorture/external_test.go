@@ -56,6 +56,8 @@ func TestExternalProvider(t *testing.T) {
 		{"run", "--provider", "external", "fenced-lock/baseline"},
 		{"run", "--addr", addr, "fenced-lock/baseline"},
 		{"matrix", "--provider", "external", "--addr", addr},
+		{"run", "--provider", "external", "--addr", addr, "--sentinel-user", "s", "fenced-lock/baseline"}, // needs --master-name
+		{"run", "--sentinel-user", "s", "fenced-lock/baseline"},                                           // needs --provider external
 	} {
 		errb.Reset()
 		if code := run(bad, &out, &errb); code != 2 {

@@ -15,12 +15,14 @@ import (
 )
 
 const preflightUsage = `Usage: coordtorture preflight --addr host:port[,host:port…] [--master-name NAME | --cluster]
-                            [--user NAME] [--tls…] [--json] [--primitives LIST] [--key KEY[,KEY…]]
-                            [--write-probe]
+                            [--user NAME] [--sentinel-user NAME] [--tls…] [--json] [--primitives LIST]
+                            [--key KEY[,KEY…]] [--write-probe]
 
 Checks, read-only and in seconds, whether a Redis or Valkey deployment is
 configured so the coordination primitives can be safe on it (the password is
-read from $COORDTORTURE_PASSWORD, as for run --provider external). It writes
+read from $COORDTORTURE_PASSWORD, as for run --provider external; with
+--master-name the sentinels are asked as --sentinel-user, password from
+$COORDTORTURE_SENTINEL_PASSWORD, or as their default user). It writes
 nothing: it reads INFO and CONFIG, runs a script that only reads TIME, and
 probes the fast commands (HPTTL, DELEX … IFEQ, SET … IFEQ) on a key that does
 not exist, in forms that cannot create it.
@@ -39,7 +41,8 @@ the harness scenario that shows the hazard:
                            regress after a restart)
   replication              role, replicas, lag, min-replicas-to-write
   sentinel                 with --master-name: master known, SENTINEL CKQUORUM
-  acl/sentinel             with --master-name: whether --user may ask each
+  acl/sentinel             with --master-name: whether --sentinel-user (else
+                           the sentinels' default user) may ask each
                            sentinel what go-redis's failover client asks (the
                            primary's address, the other sentinels, the
                            failover announcements' channels)
@@ -67,15 +70,17 @@ Flags:
 func preflightCmd(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("preflight", flag.ContinueOnError)
 	var (
-		addr, masterName, user, prims, key string
-		cluster, asJSON, probe             bool
-		tlsOpts                            tlsopt.Options
-		timeout, clockWarn                 time.Duration
+		addr, masterName, user, sentUser string
+		prims, key                       string
+		cluster, asJSON, probe           bool
+		tlsOpts                          tlsopt.Options
+		timeout, clockWarn               time.Duration
 	)
 	fs.StringVar(&addr, "addr", "", "host:port[,host:port…] of the deployment (several = cluster; the sentinels with --master-name)")
 	fs.StringVar(&masterName, "master-name", "", "Sentinel master name (--addr lists the sentinels)")
 	fs.BoolVar(&cluster, "cluster", false, "--addr is a cluster (needed when it is a single address)")
 	fs.StringVar(&user, "user", "", "ACL user name (password from $COORDTORTURE_PASSWORD)")
+	fs.StringVar(&sentUser, "sentinel-user", "", "with --master-name: the sentinels' ACL user (password from $COORDTORTURE_SENTINEL_PASSWORD; neither set: the sentinels' default user, no AUTH); --user is never sent to them, as go-redis's failover client does with SentinelUsername")
 	tlsOpts.Register(fs)
 	fs.BoolVar(&asJSON, "json", false, "write the report as JSON")
 	fs.BoolVar(&probe, "write-probe", false, "also run each primitive once on keys under a random coordtorture:preflight:probe:… prefix, and delete them (the only mode that writes)")
@@ -97,6 +102,9 @@ func preflightCmd(args []string, stdout, stderr io.Writer) int {
 	if err == nil && addr == "" {
 		err = errors.New("--addr is required")
 	}
+	if err == nil && masterName == "" && sentUser != "" {
+		err = errors.New("--sentinel-user needs --master-name (the sentinels' addresses in --addr)")
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "coordtorture preflight: %v (see coordtorture preflight --help)\n", err)
 		return 2
@@ -106,7 +114,7 @@ func preflightCmd(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	o := preflight.Options{Addrs: strings.Split(addr, ","), MasterName: masterName, Cluster: cluster, Username: user,
-		Password: os.Getenv("COORDTORTURE_PASSWORD"), TLS: tc != nil, TLSConfig: tc, Keys: strings.Split(key, ","), Timeout: timeout, ClockWarn: clockWarn, WriteProbe: probe}
+		Password: os.Getenv("COORDTORTURE_PASSWORD"), SentinelUsername: sentUser, SentinelPassword: os.Getenv("COORDTORTURE_SENTINEL_PASSWORD"), TLS: tc != nil, TLSConfig: tc, Keys: strings.Split(key, ","), Timeout: timeout, ClockWarn: clockWarn, WriteProbe: probe}
 	if prims != "" {
 		o.Primitives = strings.Split(prims, ",")
 	}

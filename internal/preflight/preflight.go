@@ -77,13 +77,16 @@ type Guarantee struct {
 
 // Report is everything a preflight found.
 type Report struct {
-	Target     string      `json:"target"`
-	Topology   string      `json:"topology"` // standalone, sentinel or cluster
-	Server     string      `json:"server"`   // redis or valkey
-	Version    string      `json:"version"`
-	User       string      `json:"user"`
-	Checks     []Check     `json:"checks"`
-	Guarantees []Guarantee `json:"guarantees"`
+	Target   string `json:"target"`
+	Topology string `json:"topology"` // standalone, sentinel or cluster
+	Server   string `json:"server"`   // redis or valkey
+	Version  string `json:"version"`
+	User     string `json:"user"`
+	// SentinelUser is the user the sentinels were asked as (with a master
+	// name): "default" without Options.SentinelUsername.
+	SentinelUser string      `json:"sentinel_user,omitempty"`
+	Checks       []Check     `json:"checks"`
+	Guarantees   []Guarantee `json:"guarantees"`
 }
 
 // Failed reports whether any check is FAIL.
@@ -134,6 +137,13 @@ type Options struct {
 	Cluster    bool
 	Username   string
 	Password   string
+	// SentinelUsername and SentinelPassword authenticate to the sentinels
+	// (with MasterName), as go-redis's failover client does with its
+	// options of those names: the sentinels keep their own users, and the
+	// data user's credentials are never sent to them. Both empty: the
+	// sentinels' default user, without AUTH.
+	SentinelUsername string
+	SentinelPassword string
 	// TLS connects with TLS: with TLSConfig, or a default configuration
 	// (the system's CAs) without.
 	TLS       bool
@@ -250,12 +260,17 @@ func (p *run) add(c Check) { p.r.Checks = append(p.r.Checks, c) }
 
 func (p *run) connect(ctx context.Context) error {
 	uo := &redis.UniversalOptions{Addrs: p.o.Addrs, MasterName: p.o.MasterName, IsClusterMode: p.o.Cluster,
-		Username: p.o.Username, Password: p.o.Password, DialTimeout: p.o.Timeout, ReadTimeout: p.o.Timeout,
+		Username: p.o.Username, Password: p.o.Password, SentinelUsername: p.o.SentinelUsername,
+		SentinelPassword: p.o.SentinelPassword, DialTimeout: p.o.Timeout, ReadTimeout: p.o.Timeout,
 		WriteTimeout: p.o.Timeout, DisableIdentity: true, Dialer: tlsopt.WrapDialer(p.o.Dialer, p.o.TLSConfig),
 		TLSConfig: p.o.TLSConfig}
 	switch {
 	case p.o.MasterName != "":
 		p.r.Topology = "sentinel"
+		p.r.SentinelUser = p.o.SentinelUsername
+		if p.r.SentinelUser == "" {
+			p.r.SentinelUser = "default"
+		}
 		fc := redis.NewFailoverClient(uo.Failover())
 		p.client, p.nodes = fc, []*redis.Client{fc}
 	case p.o.Cluster || len(p.o.Addrs) > 1:
@@ -269,7 +284,7 @@ func (p *run) connect(ctx context.Context) error {
 	defer cancel()
 	if err := p.client.Ping(cctx).Err(); err != nil {
 		p.client.Close()
-		return fmt.Errorf("%w %s: %v", ErrConnect, p.r.Target, err)
+		return fmt.Errorf("%w %s: %v%s", ErrConnect, p.r.Target, err, p.authHint(err))
 	}
 	if cc, ok := p.client.(*redis.ClusterClient); ok {
 		var mu sync.Mutex
@@ -798,11 +813,28 @@ func orUnknown(v string, ok bool) string {
 	return v
 }
 
+// authHint says which credentials a refused connection needs: with a master
+// name the sentinels are asked first, as the sentinel user.
+func (p *run) authHint(err error) string {
+	msg := err.Error()
+	if p.o.MasterName != "" && strings.Contains(msg, "NOPERM") && strings.Contains(msg, "sentinel") {
+		return fmt.Sprintf(" (the sentinel user %s may not ask the sentinels for the primary; on each sentinel: %s)", p.r.SentinelUser, p.sentinelGrant())
+	}
+	if !strings.Contains(msg, "NOAUTH") && !strings.Contains(msg, "WRONGPASS") && !strings.Contains(msg, "invalid password") {
+		return ""
+	}
+	if p.o.MasterName != "" {
+		return " (the sentinels are asked as the sentinel user: --sentinel-user, password from $COORDTORTURE_SENTINEL_PASSWORD; " +
+			"the data nodes as --user, password from $COORDTORTURE_PASSWORD)"
+	}
+	return " (--user, password from $COORDTORTURE_PASSWORD)"
+}
+
 func (p *run) checkSentinels(ctx context.Context) {
 	reachable, known, quorumOK, aclAsked := 0, 0, 0, 0
 	var errs, deniedReq, deniedOpt []string
 	for _, a := range p.o.Addrs {
-		so := &redis.Options{Addr: a, Username: p.o.Username, Password: p.o.Password, DialTimeout: p.o.Timeout,
+		so := &redis.Options{Addr: a, Username: p.o.SentinelUsername, Password: p.o.SentinelPassword, DialTimeout: p.o.Timeout,
 			ReadTimeout: p.o.Timeout, WriteTimeout: p.o.Timeout, DisableIdentity: true,
 			Dialer: tlsopt.WrapDialer(p.o.Dialer, p.o.TLSConfig), TLSConfig: p.o.TLSConfig}
 		s := redis.NewSentinelClient(so)
@@ -857,8 +889,9 @@ func (p *run) checkSentinels(ctx context.Context) {
 	}
 }
 
-// sentinelACL is the acl/sentinel line: whether this user may send the
-// sentinels what go-redis's failover client sends them. Without the
+// sentinelACL is the acl/sentinel line: whether the sentinel user (the one
+// go-redis's failover client authenticates as with SentinelUsername, not the
+// data user) may send the sentinels what that client sends them. Without the
 // primary's address it cannot connect (FAIL); without the other sentinels or
 // the failover announcements it learns of a failover only when the old
 // primary fails it (WARN).
@@ -866,18 +899,23 @@ func (p *run) sentinelACL(asked int, denied, deniedOpt []string) {
 	if asked == 0 {
 		return // no sentinel answered: the sentinel line says so
 	}
-	grant := "on each sentinel: ACL SETUSER " + p.r.User + " +sentinel|get-master-addr-by-name +sentinel|sentinels +subscribe &+switch-master &+replica-reconf-done"
+	grant := "on each sentinel: " + p.sentinelGrant()
 	switch {
 	case len(denied) > 0:
-		p.add(Check{Name: "acl/sentinel", Status: Fail, Reason: fmt.Sprintf("user %q: denied %s", p.r.User, strings.Join(append(denied, deniedOpt...), "; ")) +
+		p.add(Check{Name: "acl/sentinel", Status: Fail, Reason: fmt.Sprintf("user %q: denied %s", p.r.SentinelUser, strings.Join(append(denied, deniedOpt...), "; ")) +
 			": the failover client cannot learn the primary's address", Fix: grant})
 	case len(deniedOpt) > 0:
-		p.add(Check{Name: "acl/sentinel", Status: Warn, Reason: fmt.Sprintf("user %q: denied %s", p.r.User, strings.Join(deniedOpt, "; ")) +
+		p.add(Check{Name: "acl/sentinel", Status: Warn, Reason: fmt.Sprintf("user %q: denied %s", p.r.SentinelUser, strings.Join(deniedOpt, "; ")) +
 			": the failover client learns of a failover only when the old primary fails it", Fix: grant})
 	default:
 		p.add(Check{Name: "acl/sentinel", Status: OK, Reason: fmt.Sprintf("user %q may ask %s for the primary, the other sentinels and the failover announcements",
-			p.r.User, fmt.Sprintf("%d sentinel(s)", asked))})
+			p.r.SentinelUser, fmt.Sprintf("%d sentinel(s)", asked))})
 	}
+}
+
+// sentinelGrant is the ACL rule the sentinel user needs on each sentinel.
+func (p *run) sentinelGrant() string {
+	return "ACL SETUSER " + p.r.SentinelUser + " +sentinel|get-master-addr-by-name +sentinel|sentinels +subscribe &+switch-master &+replica-reconf-done"
 }
 
 func (p *run) checkCluster(ctx context.Context) {

@@ -386,9 +386,11 @@ func TestSentinel(t *testing.T) {
 	if c := find(t, r, "acl/sentinel"); c.Status != OK || !strings.Contains(c.Reason, "3 sentinel(s)") {
 		t.Errorf("acl/sentinel for the default user: %+v", c)
 	}
-	// The sentinels keep their own ACL: a user without the failover
-	// announcements' channels (WARN), then without the primary's address
-	// (FAIL), as go-redis's failover client would meet them.
+	// The sentinels keep their own ACL, and the sentinel user is asked as
+	// go-redis's failover client asks: a user without the failover
+	// announcements' channels is a WARN; without the primary's address the
+	// client (preflight's own too) cannot connect: an error that names the
+	// rule to add.
 	ctx := context.Background()
 	for _, u := range []struct {
 		rules  []any
@@ -396,7 +398,7 @@ func TestSentinel(t *testing.T) {
 		want   string
 	}{
 		{[]any{"resetchannels", "+@all"}, Warn, "SUBSCRIBE +switch-master"},
-		{[]any{"allchannels", "+@all", "-sentinel|get-master-addr-by-name"}, Fail, "SENTINEL GET-MASTER-ADDR-BY-NAME"},
+		{[]any{"allchannels", "+@all", "-sentinel|get-master-addr-by-name"}, Fail, "ACL SETUSER svc +sentinel|get-master-addr-by-name"},
 	} {
 		for _, n := range topo.Sentinels() {
 			if err := n.Admin().Do(ctx, append([]any{"ACL", "SETUSER", "svc", "reset", "on", ">pw", "~*"}, u.rules...)...).Err(); err != nil {
@@ -408,7 +410,16 @@ func TestSentinel(t *testing.T) {
 				t.Fatalf("%s: %v", n.Name, err)
 			}
 		}
-		r := runOK(t, Options{Addrs: addrs, MasterName: testbed.MasterName, Dialer: dialer(t, topo), Username: "svc", Password: "pw"})
+		o := Options{Addrs: addrs, MasterName: testbed.MasterName, Dialer: dialer(t, topo), Username: "svc", Password: "pw",
+			SentinelUsername: "svc", SentinelPassword: "pw"}
+		if u.status == Fail {
+			_, err := Run(ctx, o)
+			if !errors.Is(err, ErrConnect) || !strings.Contains(err.Error(), u.want) {
+				t.Errorf("sentinels with %v: %v, want ErrConnect naming %s", u.rules, err, u.want)
+			}
+			continue
+		}
+		r := runOK(t, o)
 		if c := find(t, r, "acl/sentinel"); c.Status != u.status || !strings.Contains(c.Reason, u.want) {
 			t.Errorf("sentinels with %v: %+v, want %s naming %s", u.rules, c, u.status, u.want)
 		}

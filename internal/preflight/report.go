@@ -66,7 +66,11 @@ func (p *run) guarantees() {
 // reason; the fix and the scenario on the next lines), then the guarantees
 // and a count.
 func (r *Report) WriteText(w io.Writer) error {
-	fmt.Fprintf(w, "coordtorture preflight: %s (%s %s, %s, user %s)\n\n", r.Target, r.Server, r.Version, r.Topology, r.User)
+	user := r.User
+	if r.SentinelUser != "" {
+		user += ", sentinel user " + r.SentinelUser
+	}
+	fmt.Fprintf(w, "coordtorture preflight: %s (%s %s, %s, user %s)\n\n", r.Target, r.Server, r.Version, r.Topology, user)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, c := range r.Checks {
 		fmt.Fprintf(tw, "%-4s\t%s\t%s\n", c.Status, c.Name, c.Reason)

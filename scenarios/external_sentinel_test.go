@@ -1,0 +1,64 @@
+package scenarios_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coordtorture/coordtorture/scenarios"
+	"github.com/coordtorture/coordtorture/testbed"
+)
+
+// TestExternalSentinelCredentials: an external run through sentinels that
+// require a password reaches them with the sentinel credentials (go-redis's
+// SentinelUsername/SentinelPassword, never the data user's), and the data
+// nodes as the data user; without the sentinel password it cannot reach the
+// deployment and says so before any workload runs.
+func TestExternalSentinelCredentials(t *testing.T) {
+	topo := testbed.Replicated(t, build(), 1, 3)
+	ctx := context.Background()
+	var sentinels []string
+	for _, s := range topo.Sentinels() {
+		sentinels = append(sentinels, s.Addr)
+	}
+	for _, n := range topo.Nodes() { // only the data nodes know svc
+		if err := n.Admin().Do(ctx, "ACL", "SETUSER", "svc", "reset", "on", ">pw", "~*", "&*", "+@all").Err(); err != nil {
+			t.Fatalf("%s: %v", n.Name, err)
+		}
+	}
+	for _, s := range topo.Sentinels() {
+		if err := s.Admin().Do(ctx, "ACL", "SETUSER", "default", "resetpass", ">spw").Err(); err != nil {
+			t.Fatalf("%s: %v", s.Name, err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, s := range topo.Sentinels() { // the admin connection authenticated before the change
+			_ = s.Admin().Do(context.Background(), "ACL", "SETUSER", "default", "nopass").Err()
+		}
+	})
+	ss, err := scenarios.Match([]string{"fenced-lock/baseline"})
+	if err != nil || len(ss) != 1 {
+		t.Fatal(ss, err)
+	}
+	ext := scenarios.External{Addrs: sentinels, MasterName: testbed.MasterName, Username: "svc", Password: "pw",
+		Dialer: topo.PeerDialer("")} // the testbed's proxies accept the clients' source addresses only
+	run := func(e scenarios.External) (*scenarios.Outcome, error) {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		return scenarios.Run(rctx, ss[0], scenarios.Config{Duration: 2 * time.Second, Seed: 3, Clients: 4, External: &e, Logf: t.Logf})
+	}
+	if _, err := run(ext); err == nil || !strings.Contains(err.Error(), "cannot reach") || !strings.Contains(err.Error(), "--sentinel-user") {
+		t.Errorf("sentinels requiring a password, none given: %v; want cannot reach, naming --sentinel-user", err)
+	} else {
+		t.Logf("without the sentinel password: %v", err)
+	}
+	ext.SentinelPassword = "spw"
+	out, err := run(ext)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Verdict != scenarios.Pass || out.Provider != "external" || out.Ops < 20 {
+		t.Errorf("through password-protected sentinels: %s on %s, %d operations (%s)", out.Verdict, out.Provider, out.Ops, out.Error)
+	}
+}
