@@ -17,26 +17,8 @@ import (
 // deployment and says so before any workload runs.
 func TestExternalSentinelCredentials(t *testing.T) {
 	topo := testbed.Replicated(t, build(), 1, 3)
-	ctx := context.Background()
-	var sentinels []string
-	for _, s := range topo.Sentinels() {
-		sentinels = append(sentinels, s.Addr)
-	}
-	for _, n := range topo.Nodes() { // only the data nodes know svc
-		if err := n.Admin().Do(ctx, "ACL", "SETUSER", "svc", "reset", "on", ">pw", "~*", "&*", "+@all").Err(); err != nil {
-			t.Fatalf("%s: %v", n.Name, err)
-		}
-	}
-	for _, s := range topo.Sentinels() {
-		if err := s.Admin().Do(ctx, "ACL", "SETUSER", "default", "resetpass", ">spw").Err(); err != nil {
-			t.Fatalf("%s: %v", s.Name, err)
-		}
-	}
-	t.Cleanup(func() {
-		for _, s := range topo.Sentinels() { // the admin connection authenticated before the change
-			_ = s.Admin().Do(context.Background(), "ACL", "SETUSER", "default", "nopass").Err()
-		}
-	})
+	sentinels := testbed.DataUser(t, topo, "svc", "pw") // only the data nodes know svc
+	testbed.RequireSentinelPassword(t, topo, "spw")
 	ss, err := scenarios.Match([]string{"fenced-lock/baseline"})
 	if err != nil || len(ss) != 1 {
 		t.Fatal(ss, err)
@@ -44,7 +26,7 @@ func TestExternalSentinelCredentials(t *testing.T) {
 	ext := scenarios.External{Addrs: sentinels, MasterName: testbed.MasterName, Username: "svc", Password: "pw",
 		Dialer: topo.PeerDialer("")} // the testbed's proxies accept the clients' source addresses only
 	run := func(e scenarios.External) (*scenarios.Outcome, error) {
-		rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		return scenarios.Run(rctx, ss[0], scenarios.Config{Duration: 2 * time.Second, Seed: 3, Clients: 4, External: &e, Logf: t.Logf})
 	}

@@ -57,3 +57,39 @@ func forTest(t testing.TB, start func(context.Context) (*Topology, error)) *Topo
 	})
 	return topo
 }
+
+// DataUser creates ACL user name (password pass, every key, channel and
+// command) on the data nodes of a replicated topology only: the sentinels do
+// not know it, as in a deployment whose sentinels keep their own users. It
+// returns the sentinels' addresses.
+func DataUser(t testing.TB, topo *Topology, name, pass string) []string {
+	t.Helper()
+	ctx := context.Background()
+	for _, n := range topo.Nodes() {
+		if err := n.Admin().Do(ctx, "ACL", "SETUSER", name, "reset", "on", ">"+pass, "~*", "&*", "+@all").Err(); err != nil {
+			t.Fatalf("%s: %v", n.Name, err)
+		}
+	}
+	var addrs []string
+	for _, s := range topo.Sentinels() {
+		addrs = append(addrs, s.Addr)
+	}
+	return addrs
+}
+
+// RequireSentinelPassword gives the sentinels' default user password pass
+// (AUTH pass, or go-redis's SentinelPassword), until the end of the test. The
+// testbed's admin connections, authenticated before, keep working.
+func RequireSentinelPassword(t testing.TB, topo *Topology, pass string) {
+	t.Helper()
+	for _, s := range topo.Sentinels() {
+		if err := s.Admin().Do(context.Background(), "ACL", "SETUSER", "default", "resetpass", ">"+pass).Err(); err != nil {
+			t.Fatalf("%s: %v", s.Name, err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, s := range topo.Sentinels() {
+			_ = s.Admin().Do(context.Background(), "ACL", "SETUSER", "default", "nopass").Err()
+		}
+	})
+}

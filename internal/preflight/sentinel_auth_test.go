@@ -20,16 +20,7 @@ import (
 // the error says which credentials the sentinels need.
 func TestSentinelCredentials(t *testing.T) {
 	topo := testbed.Replicated(t, build(), 1, 3)
-	ctx := context.Background()
-	var addrs []string
-	for _, s := range topo.Sentinels() {
-		addrs = append(addrs, s.Addr)
-	}
-	for _, n := range topo.Nodes() { // only the data nodes know svc
-		if err := n.Admin().Do(ctx, "ACL", "SETUSER", "svc", "reset", "on", ">pw", "~*", "&*", "+@all").Err(); err != nil {
-			t.Fatalf("%s: %v", n.Name, err)
-		}
-	}
+	addrs := testbed.DataUser(t, topo, "svc", "pw") // only the data nodes know svc
 	r := runOK(t, Options{Addrs: addrs, MasterName: testbed.MasterName, Dialer: dialer(t, topo), Username: "svc", Password: "pw"})
 	if r.User != "svc" || r.SentinelUser != "default" {
 		t.Errorf("users: data %q, sentinel %q; want svc and default", r.User, r.SentinelUser)
@@ -48,17 +39,8 @@ func TestSentinelCredentials(t *testing.T) {
 	// Sentinels that require a password (their default user's): without it
 	// preflight cannot reach the deployment and says what to pass; with it
 	// (and the data user still svc) everything is checked.
-	for _, s := range topo.Sentinels() {
-		if err := s.Admin().Do(ctx, "ACL", "SETUSER", "default", "resetpass", ">spw").Err(); err != nil {
-			t.Fatalf("%s: %v", s.Name, err)
-		}
-	}
-	t.Cleanup(func() {
-		for _, s := range topo.Sentinels() { // the admin connection authenticated before the change
-			_ = s.Admin().Do(context.Background(), "ACL", "SETUSER", "default", "nopass").Err()
-		}
-	})
-	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	testbed.RequireSentinelPassword(t, topo, "spw")
+	cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	_, err := Run(cctx, Options{Addrs: addrs, MasterName: testbed.MasterName, Dialer: dialer(t, topo), Username: "svc", Password: "pw", Timeout: time.Second})
 	if !errors.Is(err, ErrConnect) || !strings.Contains(err.Error(), "--sentinel-user") {
