@@ -399,8 +399,8 @@ func init() {
 
 // redlockClockJump restarts r1 and r2 with their clocks 4 ttls ahead at d/5
 // and 3d/5 (AOF keeps the keys), and on true time at 2d/5 and 4d/5: two
-// chances for the jump to catch a holder. A jump ahead waits (up to two ttls)
-// for a lease taken a moment before, then takes both nodes down together and
+// chances for the jump to catch a holder. A jump ahead waits (up to two ttls,
+// at most a tenth of the run) for a lease taken a moment before, then takes both nodes down together and
 // brings them back together: the lease's holder counts on it for a quarter of
 // a ttl or more, while on the restarted majority it has already expired, so
 // another client takes it inside the holder's window unless the restart itself
@@ -411,7 +411,9 @@ func redlockClockJump(_ *rand.Rand, d time.Duration) []Event {
 	restart := func(ahead bool) func(context.Context, *Env) error {
 		return func(ctx context.Context, e *Env) error {
 			if ahead {
-				if p, ok := e.holding.waitFresh(ctx, e.TTL/20, 2*e.TTL); ok {
+				// At most a tenth of the run, so a long --ttl cannot push
+				// the later restarts past its end.
+				if p, ok := e.holding.waitFresh(ctx, e.TTL/20, min(2*e.TTL, d/10)); ok {
 					e.Note("p%d took the lease just before", p)
 				}
 			}
