@@ -28,8 +28,8 @@ var redlockHazards = map[string]bool{
 // evidence that Redlock needs fencing), never an UNKNOWN.
 func TestRedlockScenarios(t *testing.T) {
 	ss, _ := scenarios.Match([]string{"redlock"})
-	if len(ss) != 9 {
-		t.Fatalf("the redlock family has %d scenarios, want 9", len(ss))
+	if len(ss) != 10 {
+		t.Fatalf("the redlock family has %d scenarios, want 10", len(ss))
 	}
 	for _, s := range ss {
 		t.Run(s.Name, func(t *testing.T) {

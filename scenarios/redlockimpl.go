@@ -34,7 +34,8 @@ type RedlockImpl interface {
 	TryAcquire(ctx context.Context, nodes []redis.UniversalClient, key string, ttl time.Duration) (RedlockHeld, error)
 	// DriftAllowance is what the implementation declares it sets aside for
 	// clock drift on a lease of ttl: the validity it may claim is at most
-	// ttl minus it (the redlock-validity check holds it to that).
+	// ttl minus it, less the time the acquisition took (the
+	// redlock-validity check holds it to that).
 	DriftAllowance(ttl time.Duration) time.Duration
 }
 

@@ -309,7 +309,7 @@ func TestRegistryComplete(t *testing.T) {
 		want = append(want, "rwlock/"+fault)
 	}
 	for _, fault := range []string{"baseline", "baseline-five", "node-loss", "partition-minority", "partition-client",
-		"slow-node", "clock-skew", "restart-without-persistence", "pause-client"} {
+		"slow-node", "latency", "clock-skew", "restart-without-persistence", "pause-client"} {
 		want = append(want, "redlock/"+fault)
 	}
 	have := map[string]bool{}

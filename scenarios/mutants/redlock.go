@@ -17,13 +17,15 @@ import (
 
 // Redlock mutants, run by the redlock scenarios (scenarios.RedlockImpl): one
 // counts a node that timed out as a success, one renews on a minority, one
-// forgets the drift allowance in the validity it claims.
+// forgets the drift allowance in the validity it claims, one the time the
+// acquisition took.
 
 func init() {
 	scenarios.RegisterRedlockImpl(Redlock{})
 	scenarios.RegisterRedlockImpl(Redlock{TimeoutCountsAsSuccess: true})
 	scenarios.RegisterRedlockImpl(Redlock{RenewsOnMinority: true})
 	scenarios.RegisterRedlockImpl(Redlock{IgnoresDrift: true})
+	scenarios.RegisterRedlockImpl(Redlock{IgnoresElapsed: true})
 }
 
 // Redlock is the Redlock algorithm of the description, written small: SET NX
@@ -43,6 +45,10 @@ type Redlock struct {
 	RenewsOnMinority bool
 	// IgnoresDrift: the validity claimed leaves out the drift allowance.
 	IgnoresDrift bool
+	// IgnoresElapsed: the validity claimed runs from the quorum's answer,
+	// not from before the first request: ttl − drift, leaving out the time
+	// the acquisition took.
+	IgnoresElapsed bool
 }
 
 // redlockNodeTimeout bounds each node's command (prim's default).
@@ -57,6 +63,8 @@ func (m Redlock) Name() string {
 		return "mutant-redlock-renews-on-minority"
 	case m.IgnoresDrift:
 		return "mutant-redlock-ignores-drift"
+	case m.IgnoresElapsed:
+		return "mutant-redlock-ignores-elapsed"
 	}
 	return "reference-redlock"
 }
@@ -155,7 +163,11 @@ func (m Redlock) TryAcquire(ctx context.Context, nodes []redis.UniversalClient, 
 	}
 	h := &rlHeld{m: m, nodes: nodes, key: key, owner: owner}
 	if n >= len(nodes)/2+1 && ttl-time.Since(start)-drift > 0 {
-		h.until = start.Add(ttl - drift)
+		from := start
+		if m.IgnoresElapsed {
+			from = time.Now()
+		}
+		h.until = from.Add(ttl - drift)
 		return h, nil
 	}
 	h.remove(context.WithoutCancel(ctx))

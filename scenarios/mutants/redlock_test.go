@@ -14,13 +14,16 @@ import (
 // a timed-out node counts as a success, and keeps a lease the others take
 // when a renewal on a minority counts: two holders (exclusion, FAIL).
 // Forgetting the drift allowance claims more validity than ttl − drift on
-// every acquisition (redlock-validity, FAIL). Whether a cut catches a
-// renewal depends on the seed: up to three are tried.
+// every acquisition (redlock-validity, FAIL), and forgetting the time the
+// acquisition took claims more than ttl − elapsed − drift where a round
+// trip takes 80ms (redlock/latency; redlock-validity, FAIL). Whether a cut
+// catches a renewal depends on the seed: up to three are tried.
 func TestRedlockMutantsFail(t *testing.T) {
 	for _, c := range []struct{ mutant, scenario, checker string }{
 		{"mutant-redlock-timeout-counts-as-success", "redlock/partition-client", "exclusion"},
 		{"mutant-redlock-renews-on-minority", "redlock/partition-client", "exclusion"},
 		{"mutant-redlock-ignores-drift", "redlock/baseline", "redlock-validity"},
+		{"mutant-redlock-ignores-elapsed", "redlock/latency", "redlock-validity"},
 	} {
 		t.Run(c.mutant, func(t *testing.T) {
 			var flagged *scenarios.PropertyResult
@@ -38,13 +41,18 @@ func TestRedlockMutantsFail(t *testing.T) {
 			t.Logf("flagged: %s", flagged.Result.Summary)
 		})
 	}
-	// prim passes both in the scenarios package's tests. The reference
-	// passes the cut on three seeds (before it declared that a failed
-	// renewal surrenders the lease, seeds 2 and 3 FAILed here: the checker
-	// held it to the lease it had just given up).
+	// prim passes them in the scenarios package's tests. The reference
+	// passes the baseline, the latency, and the cut on three seeds (before
+	// it declared that a failed renewal surrenders the lease, seeds 2 and 3
+	// FAILed here: the checker held it to the lease it had just given up).
 	t.Run("reference-redlock redlock/baseline", func(t *testing.T) {
 		if out := runScenario(t, "redlock/baseline", "reference-redlock"); out.Verdict != scenarios.Pass {
 			t.Fatalf("reference-redlock on redlock/baseline: %s, want PASS", out.Verdict)
+		}
+	})
+	t.Run("reference-redlock redlock/latency", func(t *testing.T) {
+		if out := runScenario(t, "redlock/latency", "reference-redlock"); out.Verdict != scenarios.Pass {
+			t.Fatalf("reference-redlock on redlock/latency: %s, want PASS", out.Verdict)
 		}
 	})
 	for seed := int64(1); seed <= 3; seed++ {
