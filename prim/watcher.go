@@ -67,6 +67,14 @@ type watcher struct {
 	trConn  *redis.Conn
 	trEpoch int64 // psEpoch the tracking connection redirects to
 	closed  bool
+	// trRefused is the server's refusal of CLIENT TRACKING (trMu): an ACL
+	// without it, or a server without client tracking. Waiters re-check on a
+	// timer meanwhile, and CLIENT TRACKING is sent again only from
+	// trRetryAt, with a back-off doubling from 50ms (trBackoff) to
+	// maxRefusedBackoff.
+	trRefused error
+	trRetryAt time.Time
+	trBackoff time.Duration
 }
 
 // waiter is one waiting acquisition registered with a watcher. Waiters for the
@@ -84,6 +92,10 @@ type waiter struct {
 }
 
 var errSubscribing = errors.New("prim: invalidation subscription not confirmed yet")
+
+// errTrackingRefused marks a tracking read not sent because the server
+// refused CLIENT TRACKING (logged once by the watcher).
+var errTrackingRefused = errors.New("prim: CLIENT TRACKING refused")
 
 func (w *waiter) wake() {
 	select {
@@ -386,12 +398,23 @@ func (w *watcher) track(ctx context.Context, read func(ctx context.Context, c *r
 		w.resetTrackingLocked() // the redirect target changed
 	}
 	if w.trConn == nil {
+		if w.trRefused != nil && time.Now().Before(w.trRetryAt) {
+			return 0, fmt.Errorf("%w on %s: %w", errTrackingRefused, w.addr, serverError(w.trRefused))
+		}
 		cn := w.tr.Conn()
 		if err := cn.Do(ctx, "CLIENT", "TRACKING", "ON", "REDIRECT", id).Err(); err != nil {
 			_ = cn.Close()
-			return 0, fmt.Errorf("prim: CLIENT TRACKING ON REDIRECT %d: %w", id, err)
+			err = fmt.Errorf("prim: CLIENT TRACKING ON REDIRECT %d: %w", id, err)
+			if w.trackingRefusedLocked(ctx, err) {
+				return 0, fmt.Errorf("%w on %s: %w", errTrackingRefused, w.addr, serverError(err))
+			}
+			return 0, err
 		}
 		w.trConn, w.trEpoch = cn, epoch
+		if w.trRefused != nil {
+			w.trRefused, w.trBackoff = nil, 0
+			w.c.logger.Info("prim: CLIENT TRACKING accepted; waiters on this node wait on invalidations again", "node", w.addr)
+		}
 	}
 	v, err := read(ctx, w.trConn)
 	if err != nil && uncertain(err) {
@@ -401,6 +424,36 @@ func (w *watcher) track(ctx context.Context, read func(ctx context.Context, c *r
 		w.wakeAll()
 	}
 	return v, err
+}
+
+// trackingRefusedLocked reports whether err, CLIENT TRACKING's failure, is
+// the server refusing it for good: NOPERM (an ACL without +client|tracking)
+// or an unknown command or subcommand (a server without client tracking, or
+// CLIENT renamed away). Anything else (a lost connection, LOADING, the
+// redirect target gone while the Pub/Sub connection reconnects) is retried at
+// the next re-check. It records the refusal and when to try again, and once
+// per episode logs a Warn and counts prim.waiting.degraded: until the server
+// accepts, waiters on the node re-check on a timer. Called with trMu held.
+func (w *watcher) trackingRefusedLocked(ctx context.Context, err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
+	code, _, _ := strings.Cut(msg, " ")
+	if code != "NOPERM" && code != "NOAUTH" && (code != "ERR" || !strings.Contains(strings.ToLower(msg), "unknown")) {
+		return false
+	}
+	first := w.trRefused == nil
+	w.trRefused = err
+	w.trBackoff = min(max(2*w.trBackoff, 50*time.Millisecond), maxRefusedBackoff)
+	w.trRetryAt = time.Now().Add(w.trBackoff)
+	if first {
+		w.c.logger.Warn("prim: CLIENT TRACKING refused by the server; waiters on this node re-check on a timer (every 50ms, one waiter per lock) until it is accepted",
+			"node", w.addr, "err", err, "fix", "grant the ACL user +client|tracking (prim.ACLWaiting: "+ACLWaiting+"); a server without client tracking cannot wake waiters")
+		w.c.m.degradedAdd(ctx, "tracking-refused")
+	}
+	return true
 }
 
 // readyLocked makes readyc reflect whether the current Pub/Sub connection's
