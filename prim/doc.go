@@ -539,9 +539,12 @@
 // it (about 21k, what the script alone costs).
 //
 // A waiter sends nothing while it waits. Its watcher sends one PING a second
-// per node on the tracking connection while anyone waits, and pings the
-// Pub/Sub connection after every 2s without traffic for as long as the watcher
-// exists (until 30s after the last wait on that node, or [Coordinator.Close]).
+// per node on the tracking connection while anyone waits (CLIENT ID instead
+// once the server refuses PING, which it logs once at Warn: a refusal is a
+// reply, so the connection is alive), and repeats its SUBSCRIBE on the
+// Pub/Sub connection after every 2s without traffic for as long as the
+// watcher exists (until 30s after the last wait on that node, or
+// [Coordinator.Close]).
 //
 // # ACL permissions
 //

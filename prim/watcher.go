@@ -37,7 +37,10 @@ import (
 // when the tracking connection fails, when a keep-alive PING on it fails, or on
 // a null (flush) invalidation, every waiter on the node is woken to check
 // again. The keep-alive runs only while someone waits: one PING per interval per
-// node, whatever the number of waiters.
+// node, whatever the number of waiters. A reply to it, even a refusal, shows
+// the connection alive. The Pub/Sub connection is checked by repeating its
+// SUBSCRIBE after a quiet spell, so that any error reply on it is the
+// subscription's.
 type watcher struct {
 	c    *Coordinator
 	addr string
@@ -75,6 +78,9 @@ type watcher struct {
 	trRefused error
 	trRetryAt time.Time
 	trBackoff time.Duration
+	// pingRefused: the server refused the keep-alive's PING (trMu); the
+	// keep-alive sends CLIENT ID instead.
+	pingRefused bool
 }
 
 // waiter is one waiting acquisition registered with a watcher. Waiters for the
@@ -176,7 +182,12 @@ func (w *watcher) run(ctx context.Context) {
 				}
 				var ne interface{ Timeout() bool }
 				if errors.As(err, &ne) && ne.Timeout() {
-					_ = w.pubsub.Ping(ctx) // keeps an idle subscription checked
+					// Keeps an idle subscription checked: SUBSCRIBE again, which
+					// the subscription needs anyway, and whose refusal is a
+					// refused subscription. (A PING needs +ping as well, and
+					// its refusal could not be told from a refused SUBSCRIBE.)
+					// A write error shows in the next receive.
+					_ = w.pubsub.Subscribe(ctx, "__redis__:invalidate")
 					continue
 				}
 				// A null payload (FLUSHALL/FLUSHDB) reaches here as an unsupported
@@ -203,7 +214,10 @@ func (w *watcher) run(ctx context.Context) {
 			if sub, ok := msg.(*redis.Subscription); ok && sub.Kind == "subscribe" {
 				// Invalidations reach a RESP2 redirect target only once it is
 				// subscribed; whoever tracked a key before this may have missed one.
+				// A confirmation on a connection already subscribed (the
+				// keep-alive's) loses nothing: no one to wake.
 				w.mu.Lock()
+				fresh := w.subEpoch != w.psEpoch
 				w.subEpoch = w.psEpoch
 				w.readyLocked()
 				wasRefused := w.refused
@@ -216,7 +230,9 @@ func (w *watcher) run(ctx context.Context) {
 					w.c.logger.Info("prim: invalidation subscription accepted; waiters on this node wait on invalidations again", "node", w.addr)
 				}
 				refusedBackoff = 50 * time.Millisecond
-				w.wakeAll()
+				if fresh || wasRefused != nil {
+					w.wakeAll()
+				}
 				continue
 			}
 			if m, ok := msg.(*redis.Message); ok && m.Channel == "__redis__:invalidate" {
@@ -276,8 +292,25 @@ func (w *watcher) keepAliveLoop(ctx context.Context) {
 		w.trMu.Lock()
 		if w.trConn != nil {
 			pctx, cancel := context.WithTimeout(ctx, keepAlive)
-			err := w.trConn.Ping(pctx).Err()
+			var err error
+			if w.pingRefused {
+				err = w.trConn.ClientID(pctx).Err()
+			} else {
+				err = w.trConn.Ping(pctx).Err()
+			}
 			cancel()
+			var re redis.Error
+			if errors.As(err, &re) {
+				// The server replied: the connection is alive, whatever the
+				// reply. A refused PING (an ACL without +ping) is said once;
+				// CLIENT ID, which the watcher needs anyway, checks from then on.
+				if !w.pingRefused {
+					w.pingRefused = true
+					w.c.logger.Warn("prim: keep-alive PING refused by the server; the invalidation watcher checks its tracking connection with CLIENT ID instead",
+						"node", w.addr, "err", err, "fix", "grant the ACL user +ping (prim.ACLWaiting: "+ACLWaiting+")")
+				}
+				err = nil
+			}
 			if err != nil {
 				w.resetTrackingLocked()
 				w.trMu.Unlock()

@@ -432,6 +432,62 @@ func TestLeastPrivilegeWaitingWithoutTracking(t *testing.T) {
 	})
 }
 
+// TestLeastPrivilegeWaitingWithoutPing: a user whose ACL denies PING (the
+// watcher's keep-alive) keeps waiting on invalidations. The server's refusal
+// of a keep-alive is a reply, so the connection is alive: the watcher says
+// once at Warn that PING is refused and keeps its connections and its
+// subscription. (The refused PING on the Pub/Sub connection was taken for a
+// refused SUBSCRIBE: a "subscription refused" Warn and waiters polling; the
+// refused PING on the tracking connection dropped it and woke every waiter
+// each second.)
+func TestLeastPrivilegeWaitingWithoutPing(t *testing.T) {
+	forEachBuild(t, func(t *testing.T, e *env) {
+		ctx := ctxT(t, time.Minute)
+		lease, fence := e.key("{p}:lease"), e.key("{p}:fence")
+		name := newACLUser(t, ctx, []*redis.Client{e.admin}, e.ns+"*", rules(prim.ACLFencedLock, prim.ACLWaiting), "-ping")
+		c, sent := e.client(t, asUser(name))
+		node := c.(*redis.Client).Options().Addr
+		logs := &logCount{}
+		co := prim.New(c, prim.WithLogger(slog.New(logs)))
+		defer co.Close()
+
+		holder, err := co.TryAcquireFencedLock(ctx, lease, fence, 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := waitFor(ctx, co, lease, fence)
+		if !eventually(noticeable, func() bool { return waitingOn(ctx, e.admin, name) }) {
+			t.Fatalf("no tracking and subscribed connection of the user on the server within %v", noticeable)
+		}
+		// Past the keep-alives: the tracking connection's (every second while
+		// anyone waits) and the Pub/Sub connection's (after 2s without
+		// traffic).
+		n0 := sent.get()
+		const window = 3500 * time.Millisecond
+		time.Sleep(window)
+		attempts := sent.get() - n0
+		if !waitingOn(ctx, e.admin, name) {
+			t.Errorf("after %v the user has no tracking and subscribed connection on the server", window)
+		}
+		releaseTo(t, ctx, holder, got)
+		// Asleep on invalidations, the waiter sends nothing while the lock is
+		// held; re-checking on a timer, about 20 attempts a second.
+		if attempts > 5 {
+			t.Errorf("the waiter sent %d commands in %v while the lock was held: it did not sleep on invalidations", attempts, window)
+		}
+		if n := logs.count(slog.LevelWarn, "subscription refused"); n != 0 {
+			t.Errorf("%d Warn records about a refused subscription: %q", n, logs.find(slog.LevelWarn, ""))
+		}
+		warns := logs.find(slog.LevelWarn, "PING")
+		if len(warns) != 1 || !strings.Contains(warns[0], "node="+node) || !strings.Contains(warns[0], "+ping") {
+			t.Errorf("Warn records about the refused PING: %q; want exactly one naming node %s and the permission +ping", warns, node)
+		}
+		if n := logs.count(slog.LevelWarn, ""); n != len(warns) {
+			t.Errorf("%d Warn records in all: %q", n, logs.find(slog.LevelWarn, ""))
+		}
+	})
+}
+
 func TestLeastPrivilegeHashLease(t *testing.T) {
 	forEachBuild(t, func(t *testing.T, e *env) {
 		ctx := ctxT(t, time.Minute)
