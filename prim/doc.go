@@ -139,7 +139,12 @@
 // watcher retries the subscription with a back-off doubling from 50ms to 30s,
 // logs the refusal once at Warn, counts it in the prim.waiting.degraded metric
 // (reason "subscribe-refused") and returns to invalidations as soon as the
-// server accepts.
+// server accepts. The same holds when the server refuses CLIENT TRACKING (an
+// ACL user without +client|tracking, or a server without client tracking):
+// waiters poll, the watcher sends CLIENT TRACKING again with the same
+// back-off, logs the refusal once at Warn with the node and the server's
+// reply, counts it (reason "tracking-refused") and logs at Info when the
+// server accepts it again.
 //
 // A watcher nobody has waited on for 30s closes its two connections; the next
 // wait on its node opens new ones. Call [Coordinator.Close] to stop the
@@ -534,9 +539,12 @@
 // it (about 21k, what the script alone costs).
 //
 // A waiter sends nothing while it waits. Its watcher sends one PING a second
-// per node on the tracking connection while anyone waits, and pings the
-// Pub/Sub connection after every 2s without traffic for as long as the watcher
-// exists (until 30s after the last wait on that node, or [Coordinator.Close]).
+// per node on the tracking connection while anyone waits (CLIENT ID instead
+// once the server refuses PING, which it logs once at Warn: a refusal is a
+// reply, so the connection is alive), and repeats its SUBSCRIBE on the
+// Pub/Sub connection after every 2s without traffic for as long as the
+// watcher exists (until 30s after the last wait on that node, or
+// [Coordinator.Close]).
 //
 // # ACL permissions
 //
@@ -581,8 +589,8 @@
 //     CLIENT ID, CLIENT TRACKING, SUBSCRIBE and PING, the channel
 //     __redis__:invalidate, and the read of the key (PTTL, HPTTL or HMGET, in
 //     the primitive's rule). Optional: without it waiting falls back to
-//     polling, as described above (a refused subscription is logged once at
-//     Warn and counted in prim.waiting.degraded).
+//     polling, as described above (a refused subscription or CLIENT
+//     TRACKING is logged once at Warn and counted in prim.waiting.degraded).
 //   - Named leases in hash fields, [ACLHashLease]: the scripts, and the
 //     dedicated connection that fences uncertain acquisitions and renewals.
 //     HPTTL and HPEXPIRE exist on Redis 7.4+ and Valkey 9+ only: older

@@ -181,7 +181,7 @@ func (c *Coordinator) waitUntil(ctx context.Context, key, group string, read fun
 				case terr == nil:
 					tracked = true
 					remaining = time.Duration(v) * time.Millisecond // -1: no expiry
-				case !errors.Is(terr, errSubscribing) && ctx.Err() == nil:
+				case !errors.Is(terr, errSubscribing) && !errors.Is(terr, errTrackingRefused) && ctx.Err() == nil:
 					c.logger.DebugContext(ctx, "prim: tracking read failed; re-checking on a short timer", "key", key, "err", terr)
 				}
 			}

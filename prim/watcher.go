@@ -37,7 +37,10 @@ import (
 // when the tracking connection fails, when a keep-alive PING on it fails, or on
 // a null (flush) invalidation, every waiter on the node is woken to check
 // again. The keep-alive runs only while someone waits: one PING per interval per
-// node, whatever the number of waiters.
+// node, whatever the number of waiters. A reply to it, even a refusal, shows
+// the connection alive. The Pub/Sub connection is checked by repeating its
+// SUBSCRIBE after a quiet spell, so that any error reply on it is the
+// subscription's.
 type watcher struct {
 	c    *Coordinator
 	addr string
@@ -67,6 +70,17 @@ type watcher struct {
 	trConn  *redis.Conn
 	trEpoch int64 // psEpoch the tracking connection redirects to
 	closed  bool
+	// trRefused is the server's refusal of CLIENT TRACKING (trMu): an ACL
+	// without it, or a server without client tracking. Waiters re-check on a
+	// timer meanwhile, and CLIENT TRACKING is sent again only from
+	// trRetryAt, with a back-off doubling from 50ms (trBackoff) to
+	// maxRefusedBackoff.
+	trRefused error
+	trRetryAt time.Time
+	trBackoff time.Duration
+	// pingRefused: the server refused the keep-alive's PING (trMu); the
+	// keep-alive sends CLIENT ID instead.
+	pingRefused bool
 }
 
 // waiter is one waiting acquisition registered with a watcher. Waiters for the
@@ -84,6 +98,10 @@ type waiter struct {
 }
 
 var errSubscribing = errors.New("prim: invalidation subscription not confirmed yet")
+
+// errTrackingRefused marks a tracking read not sent because the server
+// refused CLIENT TRACKING (logged once by the watcher).
+var errTrackingRefused = errors.New("prim: CLIENT TRACKING refused")
 
 func (w *waiter) wake() {
 	select {
@@ -164,7 +182,12 @@ func (w *watcher) run(ctx context.Context) {
 				}
 				var ne interface{ Timeout() bool }
 				if errors.As(err, &ne) && ne.Timeout() {
-					_ = w.pubsub.Ping(ctx) // keeps an idle subscription checked
+					// Keeps an idle subscription checked: SUBSCRIBE again, which
+					// the subscription needs anyway, and whose refusal is a
+					// refused subscription. (A PING needs +ping as well, and
+					// its refusal could not be told from a refused SUBSCRIBE.)
+					// A write error shows in the next receive.
+					_ = w.pubsub.Subscribe(ctx, "__redis__:invalidate")
 					continue
 				}
 				// A null payload (FLUSHALL/FLUSHDB) reaches here as an unsupported
@@ -191,7 +214,10 @@ func (w *watcher) run(ctx context.Context) {
 			if sub, ok := msg.(*redis.Subscription); ok && sub.Kind == "subscribe" {
 				// Invalidations reach a RESP2 redirect target only once it is
 				// subscribed; whoever tracked a key before this may have missed one.
+				// A confirmation on a connection already subscribed (the
+				// keep-alive's) loses nothing: no one to wake.
 				w.mu.Lock()
+				fresh := w.subEpoch != w.psEpoch
 				w.subEpoch = w.psEpoch
 				w.readyLocked()
 				wasRefused := w.refused
@@ -204,7 +230,9 @@ func (w *watcher) run(ctx context.Context) {
 					w.c.logger.Info("prim: invalidation subscription accepted; waiters on this node wait on invalidations again", "node", w.addr)
 				}
 				refusedBackoff = 50 * time.Millisecond
-				w.wakeAll()
+				if fresh || wasRefused != nil {
+					w.wakeAll()
+				}
 				continue
 			}
 			if m, ok := msg.(*redis.Message); ok && m.Channel == "__redis__:invalidate" {
@@ -264,8 +292,25 @@ func (w *watcher) keepAliveLoop(ctx context.Context) {
 		w.trMu.Lock()
 		if w.trConn != nil {
 			pctx, cancel := context.WithTimeout(ctx, keepAlive)
-			err := w.trConn.Ping(pctx).Err()
+			var err error
+			if w.pingRefused {
+				err = w.trConn.ClientID(pctx).Err()
+			} else {
+				err = w.trConn.Ping(pctx).Err()
+			}
 			cancel()
+			var re redis.Error
+			if errors.As(err, &re) {
+				// The server replied: the connection is alive, whatever the
+				// reply. A refused PING (an ACL without +ping) is said once;
+				// CLIENT ID, which the watcher needs anyway, checks from then on.
+				if !w.pingRefused {
+					w.pingRefused = true
+					w.c.logger.Warn("prim: keep-alive PING refused by the server; the invalidation watcher checks its tracking connection with CLIENT ID instead",
+						"node", w.addr, "err", err, "fix", "grant the ACL user +ping (prim.ACLWaiting: "+ACLWaiting+")")
+				}
+				err = nil
+			}
 			if err != nil {
 				w.resetTrackingLocked()
 				w.trMu.Unlock()
@@ -386,12 +431,23 @@ func (w *watcher) track(ctx context.Context, read func(ctx context.Context, c *r
 		w.resetTrackingLocked() // the redirect target changed
 	}
 	if w.trConn == nil {
+		if w.trRefused != nil && time.Now().Before(w.trRetryAt) {
+			return 0, fmt.Errorf("%w on %s: %w", errTrackingRefused, w.addr, serverError(w.trRefused))
+		}
 		cn := w.tr.Conn()
 		if err := cn.Do(ctx, "CLIENT", "TRACKING", "ON", "REDIRECT", id).Err(); err != nil {
 			_ = cn.Close()
-			return 0, fmt.Errorf("prim: CLIENT TRACKING ON REDIRECT %d: %w", id, err)
+			err = fmt.Errorf("prim: CLIENT TRACKING ON REDIRECT %d: %w", id, err)
+			if w.trackingRefusedLocked(ctx, err) {
+				return 0, fmt.Errorf("%w on %s: %w", errTrackingRefused, w.addr, serverError(err))
+			}
+			return 0, err
 		}
 		w.trConn, w.trEpoch = cn, epoch
+		if w.trRefused != nil {
+			w.trRefused, w.trBackoff = nil, 0
+			w.c.logger.Info("prim: CLIENT TRACKING accepted; waiters on this node wait on invalidations again", "node", w.addr)
+		}
 	}
 	v, err := read(ctx, w.trConn)
 	if err != nil && uncertain(err) {
@@ -401,6 +457,36 @@ func (w *watcher) track(ctx context.Context, read func(ctx context.Context, c *r
 		w.wakeAll()
 	}
 	return v, err
+}
+
+// trackingRefusedLocked reports whether err, CLIENT TRACKING's failure, is
+// the server refusing it for good: NOPERM (an ACL without +client|tracking)
+// or an unknown command or subcommand (a server without client tracking, or
+// CLIENT renamed away). Anything else (a lost connection, LOADING, the
+// redirect target gone while the Pub/Sub connection reconnects) is retried at
+// the next re-check. It records the refusal and when to try again, and once
+// per episode logs a Warn and counts prim.waiting.degraded: until the server
+// accepts, waiters on the node re-check on a timer. Called with trMu held.
+func (w *watcher) trackingRefusedLocked(ctx context.Context, err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
+	code, _, _ := strings.Cut(msg, " ")
+	if code != "NOPERM" && code != "NOAUTH" && (code != "ERR" || !strings.Contains(strings.ToLower(msg), "unknown")) {
+		return false
+	}
+	first := w.trRefused == nil
+	w.trRefused = err
+	w.trBackoff = min(max(2*w.trBackoff, 50*time.Millisecond), maxRefusedBackoff)
+	w.trRetryAt = time.Now().Add(w.trBackoff)
+	if first {
+		w.c.logger.Warn("prim: CLIENT TRACKING refused by the server; waiters on this node re-check on a timer (every 50ms, one waiter per lock) until it is accepted",
+			"node", w.addr, "err", err, "fix", "grant the ACL user +client|tracking (prim.ACLWaiting: "+ACLWaiting+"); a server without client tracking cannot wake waiters")
+		w.c.m.degradedAdd(ctx, "tracking-refused")
+	}
+	return true
 }
 
 // readyLocked makes readyc reflect whether the current Pub/Sub connection's

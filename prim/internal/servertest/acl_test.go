@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/coordtorture/coordtorture/prim"
 	"github.com/coordtorture/coordtorture/testbed"
@@ -329,6 +330,161 @@ func TestLeastPrivilegeWaiting(t *testing.T) {
 		t.Run("without ACLWaiting polls", func(t *testing.T) {
 			wait(t, rules(prim.ACLFencedLock), false)
 		})
+	})
+}
+
+// waitFor starts a waiting acquisition of the fenced lock and returns its
+// outcome (the lock is released at once when taken).
+func waitFor(ctx context.Context, co *prim.Coordinator, lease, fence string) <-chan error {
+	got := make(chan error, 1)
+	go func() {
+		l, err := co.AcquireFencedLock(ctx, lease, fence, 10*time.Second)
+		if err == nil {
+			l.Release(ctx)
+		}
+		got <- err
+	}()
+	return got
+}
+
+// releaseTo releases holder and checks that the waiter behind got takes the
+// lock within what a user notices of a hand-off (a second: an invalidation
+// wakes it at once, a timer within 50ms).
+func releaseTo(t *testing.T, ctx context.Context, holder *prim.FencedLock, got <-chan error) {
+	t.Helper()
+	if r, err := holder.Release(ctx); r != prim.Released || err != nil {
+		t.Fatalf("release: %v %v", r, err)
+	}
+	released := time.Now()
+	returned(t, got, "the waiter did not take the lock within %v of its release")
+	if took := time.Since(released); took > time.Second {
+		t.Errorf("the waiter took the lock %v after its release", took)
+	}
+}
+
+// TestLeastPrivilegeWaitingWithoutTracking: a user whose ACL denies CLIENT
+// TRACKING (what a server without client tracking looks like to the watcher:
+// the command is refused) still waits, by re-checking on a timer. The watcher
+// says so once at Warn, naming the node and the refusal (it said so only at
+// Debug, on every re-check: a user never learnt that its waiters poll), counts
+// it in prim.waiting.degraded, backs off from re-sending the refused command,
+// and says at Info when the server accepts tracking again.
+func TestLeastPrivilegeWaitingWithoutTracking(t *testing.T) {
+	forEachBuild(t, func(t *testing.T, e *env) {
+		ctx := ctxT(t, time.Minute)
+		lease, fence := e.key("{t}:lease"), e.key("{t}:fence")
+		name := newACLUser(t, ctx, []*redis.Client{e.admin}, e.ns+"*", rules(prim.ACLFencedLock, prim.ACLWaiting), "-client|tracking")
+		c, _ := e.client(t, asUser(name))
+		node := c.(*redis.Client).Options().Addr
+		logs := &logCount{}
+		reader := sdkmetric.NewManualReader()
+		co := prim.New(c, prim.WithLogger(slog.New(logs)),
+			prim.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
+		defer co.Close()
+
+		holder, err := co.TryAcquireFencedLock(ctx, lease, fence, 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := rejectedCalls(ctx, e.admin, "client|tracking")
+		got := waitFor(ctx, co, lease, fence)
+		const window = time.Second
+		time.Sleep(window) // the waiter re-checks on its timer meanwhile
+		refused := rejectedCalls(ctx, e.admin, "client|tracking") - before
+		releaseTo(t, ctx, holder, got)
+		t.Logf("%d CLIENT TRACKING refused in %v", refused, window)
+		// Backing off from 50ms and doubling: at most 5 tries in 1s; resent on
+		// every 50ms re-check, about 20.
+		if refused < 1 || refused > 8 {
+			t.Errorf("%d CLIENT TRACKING refused in %v; want a backed-off handful (at least the first)", refused, window)
+		}
+		warns := logs.find(slog.LevelWarn, "CLIENT TRACKING")
+		if len(warns) != 1 || !strings.Contains(warns[0], "node="+node) || !strings.Contains(strings.ToLower(warns[0]), "no permissions") {
+			t.Errorf("Warn records about the refused CLIENT TRACKING: %q; want exactly one naming node %s and the refusal", warns, node)
+		}
+		if n := logs.count(slog.LevelWarn, ""); n != len(warns) {
+			t.Errorf("%d Warn records in all: %q", n, logs.find(slog.LevelWarn, ""))
+		}
+		if n := degraded(t, ctx, reader, "tracking-refused"); n != 1 {
+			t.Errorf("prim.waiting.degraded{reason=tracking-refused} = %d, want 1", n)
+		}
+
+		// Granted again: the next wait tracks the key (within the back-off),
+		// and the watcher says so once.
+		if err := e.admin.Do(ctx, "ACL", "SETUSER", name, "+client|tracking").Err(); err != nil {
+			t.Fatal(err)
+		}
+		holder, err = co.TryAcquireFencedLock(ctx, lease, fence, 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = waitFor(ctx, co, lease, fence)
+		if !eventually(noticeable, func() bool { return waitingOn(ctx, e.admin, name) }) {
+			t.Fatalf("no tracking and subscribed connection of the user on the server within %v of the grant", noticeable)
+		}
+		releaseTo(t, ctx, holder, got)
+		if infos := logs.find(slog.LevelInfo, "CLIENT TRACKING"); len(infos) != 1 || !strings.Contains(infos[0], "node="+node) {
+			t.Errorf("Info records about CLIENT TRACKING accepted again: %q; want exactly one naming node %s", infos, node)
+		}
+		if n := logs.count(slog.LevelWarn, ""); n != 1 {
+			t.Errorf("%d Warn records in all: %q", n, logs.find(slog.LevelWarn, ""))
+		}
+	})
+}
+
+// TestLeastPrivilegeWaitingWithoutPing: a user whose ACL denies PING (the
+// watcher's keep-alive) keeps waiting on invalidations. The server's refusal
+// of a keep-alive is a reply, so the connection is alive: the watcher says
+// once at Warn that PING is refused and keeps its connections and its
+// subscription. (The refused PING on the Pub/Sub connection was taken for a
+// refused SUBSCRIBE: a "subscription refused" Warn and waiters polling; the
+// refused PING on the tracking connection dropped it and woke every waiter
+// each second.)
+func TestLeastPrivilegeWaitingWithoutPing(t *testing.T) {
+	forEachBuild(t, func(t *testing.T, e *env) {
+		ctx := ctxT(t, time.Minute)
+		lease, fence := e.key("{p}:lease"), e.key("{p}:fence")
+		name := newACLUser(t, ctx, []*redis.Client{e.admin}, e.ns+"*", rules(prim.ACLFencedLock, prim.ACLWaiting), "-ping")
+		c, sent := e.client(t, asUser(name))
+		node := c.(*redis.Client).Options().Addr
+		logs := &logCount{}
+		co := prim.New(c, prim.WithLogger(slog.New(logs)))
+		defer co.Close()
+
+		holder, err := co.TryAcquireFencedLock(ctx, lease, fence, 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := waitFor(ctx, co, lease, fence)
+		if !eventually(noticeable, func() bool { return waitingOn(ctx, e.admin, name) }) {
+			t.Fatalf("no tracking and subscribed connection of the user on the server within %v", noticeable)
+		}
+		// Past the keep-alives: the tracking connection's (every second while
+		// anyone waits) and the Pub/Sub connection's (after 2s without
+		// traffic).
+		n0 := sent.get()
+		const window = 3500 * time.Millisecond
+		time.Sleep(window)
+		attempts := sent.get() - n0
+		if !waitingOn(ctx, e.admin, name) {
+			t.Errorf("after %v the user has no tracking and subscribed connection on the server", window)
+		}
+		releaseTo(t, ctx, holder, got)
+		// Asleep on invalidations, the waiter sends nothing while the lock is
+		// held; re-checking on a timer, about 20 attempts a second.
+		if attempts > 5 {
+			t.Errorf("the waiter sent %d commands in %v while the lock was held: it did not sleep on invalidations", attempts, window)
+		}
+		if n := logs.count(slog.LevelWarn, "subscription refused"); n != 0 {
+			t.Errorf("%d Warn records about a refused subscription: %q", n, logs.find(slog.LevelWarn, ""))
+		}
+		warns := logs.find(slog.LevelWarn, "PING")
+		if len(warns) != 1 || !strings.Contains(warns[0], "node="+node) || !strings.Contains(warns[0], "+ping") {
+			t.Errorf("Warn records about the refused PING: %q; want exactly one naming node %s and the permission +ping", warns, node)
+		}
+		if n := logs.count(slog.LevelWarn, ""); n != len(warns) {
+			t.Errorf("%d Warn records in all: %q", n, logs.find(slog.LevelWarn, ""))
+		}
 	})
 }
 

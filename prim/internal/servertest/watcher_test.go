@@ -108,8 +108,14 @@ func TestWaitingTrackingReadFailureWakesAll(t *testing.T) {
 
 // rejectedSubscribes is the server's count of SUBSCRIBE calls it refused.
 func rejectedSubscribes(ctx context.Context, a *redis.Client) int64 {
+	return rejectedCalls(ctx, a, "subscribe")
+}
+
+// rejectedCalls is the server's count of calls of cmd (as INFO commandstats
+// names it: "subscribe", "client|tracking") it refused.
+func rejectedCalls(ctx context.Context, a *redis.Client, cmd string) int64 {
 	for _, line := range strings.Split(a.Info(ctx, "commandstats").Val(), "\n") {
-		if !strings.HasPrefix(line, "cmdstat_subscribe:") {
+		if !strings.HasPrefix(line, "cmdstat_"+cmd+":") {
 			continue
 		}
 		_, rest, ok := strings.Cut(line, "rejected_calls=")
@@ -145,6 +151,46 @@ func (l *logCount) count(level slog.Level, sub string) int {
 	for _, r := range l.recs {
 		if r.Level >= level && strings.Contains(r.Message, sub) {
 			n++
+		}
+	}
+	return n
+}
+
+// find returns the records at level exactly whose message contains sub, each
+// as its message followed by its attributes (" key=value").
+func (l *logCount) find(level slog.Level, sub string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, r := range l.recs {
+		if r.Level != level || !strings.Contains(r.Message, sub) {
+			continue
+		}
+		msg := r.Message
+		r.Attrs(func(a slog.Attr) bool { msg += " " + a.String(); return true })
+		out = append(out, msg)
+	}
+	return out
+}
+
+// degraded is the sum of the prim.waiting.degraded metric for reason, as the
+// reader collects it.
+func degraded(t *testing.T, ctx context.Context, reader *sdkmetric.ManualReader, reason string) int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if s, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "prim.waiting.degraded" {
+				for _, dp := range s.DataPoints {
+					if v, ok := dp.Attributes.Value("reason"); ok && v.AsString() == reason {
+						n += dp.Value
+					}
+				}
+			}
 		}
 	}
 	return n
