@@ -36,6 +36,9 @@ func (p *run) aclCommands(prim, k string) []aclCmd {
 			req(append([]any{"EVAL", "return 1", n}, keys...)...)}
 	}
 	fencing := []aclCmd{req("CLIENT", "INFO"), req("CLIENT", "KILL", "ID", 1)}
+	// The watcher's keep-alive: refused, it checks with CLIENT ID instead
+	// (and says so once); waiters still wake on invalidations.
+	ping := aclCmd{args: []any{"PING"}, optional: true, effect: pingEffect}
 	var cs []aclCmd
 	switch prim {
 	case FencedLock:
@@ -45,7 +48,7 @@ func (p *run) aclCommands(prim, k string) []aclCmd {
 		cs = append(cs, aclCmd{args: []any{"DELEX", lease, "IFEQ", "v"}, optional: true, needs: &p.caps.delex})
 	case Waiting:
 		cs = []aclCmd{opt("CLIENT", "ID"), opt("CLIENT", "TRACKING", "ON", "REDIRECT", 1), opt("SUBSCRIBE", "__redis__:invalidate"),
-			opt("PING"), opt("PTTL", lease)}
+			ping, opt("PTTL", lease)}
 	case HashLease:
 		cs = append(scripts(k), req("PTTL", k), req("HGET", k, "f"), req("HSET", k, "f", "v"), req("HDEL", k, "f"),
 			aclCmd{args: []any{"HPTTL", k, "FIELDS", 1, "f"}, needs: &p.caps.hfe},
@@ -63,7 +66,7 @@ func (p *run) aclCommands(prim, k string) []aclCmd {
 	case Latch:
 		cs = append(scripts(k), req("TYPE", k), req("HGET", k, "f"), req("HSET", k, "f", "v"), req("HMGET", k, "f"),
 			req("HINCRBY", k, "f", 1), opt("CLIENT", "ID"), opt("CLIENT", "TRACKING", "ON", "REDIRECT", 1),
-			opt("SUBSCRIBE", "__redis__:invalidate"), opt("PING"))
+			opt("SUBSCRIBE", "__redis__:invalidate"), ping)
 	case RateLimiters:
 		cs = append(scripts(k), req("TIME"), req("GET", k), req("SET", k, "1", "PX", 1000), req("INCRBY", k, 1),
 			req("PEXPIRE", k, 1000), req("PTTL", k), req("EXISTS", k), req("HMGET", k, "f"), req("HSET", k, "f", "v"),
@@ -211,8 +214,8 @@ prims:
 				p.facts.aclKillDenied = true
 			}
 		}
-		if (prim == Waiting || prim == Latch) && len(deniedOpt) > 0 {
-			p.facts.waitDenied = true
+		if (prim == Waiting || prim == Latch) && slices.ContainsFunc(deniedOpt, func(n string) bool { return n != "PING" }) {
+			p.facts.waitDenied = true // waiting polls (a refused PING costs only a Warn)
 		}
 		keys := slices.Clone(p.o.Keys)
 		if prim == FencedLock {
@@ -252,6 +255,9 @@ prims:
 		}
 	}
 }
+
+// pingEffect is what a refused PING costs waiting and latches.
+const pingEffect = "the invalidation watcher's keep-alive checks its connection with CLIENT ID instead (one Warn in the service's log); waiters still wake on invalidations"
 
 // effectOf says what the denial of an optional command costs.
 func effectOf(prim string, c aclCmd) string {

@@ -282,7 +282,9 @@ func (p *run) connect(ctx context.Context) error {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 2*p.o.Timeout+time.Second)
 	defer cancel()
-	if err := p.client.Ping(cctx).Err(); err != nil {
+	// A refused PING (a user without +ping, which prim's waiting does
+	// without) is an answer: the deployment is reached.
+	if err := p.client.Ping(cctx).Err(); err != nil && !noperm(err) {
 		p.client.Close()
 		return fmt.Errorf("%w %s: %v%s", ErrConnect, p.r.Target, err, p.authHint(err))
 	}

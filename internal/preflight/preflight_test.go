@@ -254,6 +254,19 @@ func TestMisconfigured(t *testing.T) {
 	if c := find(t, r, "acl/waiting"); c.Status != Warn || !strings.Contains(c.Reason, "SUBSCRIBE") || !strings.Contains(c.Reason, "polling") {
 		t.Errorf("user without the invalidation channel: %+v", c)
 	}
+	// A user without PING: the watcher's keep-alive uses CLIENT ID instead,
+	// so waiting does not poll (WARN, and the guarantee holds).
+	if err := admin.Do(ctx, "ACL", "SETUSER", "noping", "on", ">pw", "~*", "&*", "+@all", "-ping").Err(); err != nil {
+		t.Fatal(err)
+	}
+	r = runOK(t, Options{Addrs: []string{addr}, Dialer: dial, Username: "noping", Password: "pw", Primitives: []string{Waiting}})
+	if c := find(t, r, "acl/waiting"); c.Status != Warn || !strings.Contains(c.Reason, "PING") || strings.Contains(c.Reason, "polling") ||
+		!strings.Contains(c.Reason, "CLIENT ID instead") {
+		t.Errorf("user without PING: %+v", c)
+	}
+	if g := guarantee(t, r, "waiting-lock/lost-notifications"); !g.Holds {
+		t.Errorf("user without PING: waiting counted as polling: %+v", g)
+	}
 	// A user that may read neither INFO nor CONFIG: WARNs saying what could
 	// not be read, not a wrong OK.
 	if err := admin.Do(ctx, "ACL", "SETUSER", "blind", "on", ">pw", "~*", "&*", "+@all", "-info", "-config").Err(); err != nil {
