@@ -19,8 +19,8 @@ var clusterTopo = Topology{Kind: testbed.KindCluster, Primaries: 3, ReplicasPerP
 // clusterFailover hands the slot of key (with the run's prefix) to its
 // primary's replica with CLUSTER FAILOVER (coordinated: the replica catches up
 // first), a third of the way in.
-func clusterFailover(key func(*Env) string) func(*rand.Rand, time.Duration) []Event {
-	return func(_ *rand.Rand, d time.Duration) []Event {
+func clusterFailover(key func(*Env) string) func(*rand.Rand, time.Duration, time.Duration) []Event {
+	return func(_ *rand.Rand, d, _ time.Duration) []Event {
 		return []Event{{At: d / 3, Name: "CLUSTER FAILOVER of the key's slot", Do: func(ctx context.Context, e *Env) error {
 			r, err := e.Topo.ClusterReplicaOf(ctx, prim.Slot(key(e)))
 			if err != nil {

@@ -331,7 +331,7 @@ func restartClocks(ctx context.Context, e *Env, names []string, ahead bool) ([]t
 // have set the clock (read back from TIME): one that did not leaves the
 // scenario untested, so the event fails and the run is UNKNOWN, never a PASS.
 // The jump ahead is the effect once it outruns a ttl, from the same reading.
-func leaseClockJumps(_ *rand.Rand, d time.Duration) []Event {
+func leaseClockJumps(_ *rand.Rand, d, _ time.Duration) []Event {
 	restart := func(ahead bool) func(context.Context, *Env) error {
 		return func(ctx context.Context, e *Env) error {
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)

@@ -144,7 +144,7 @@ func partitionClients(r *rand.Rand, d, gap, hold time.Duration) []Event {
 }
 
 // sentinelFailover asks the sentinels to fail over once, a third of the way in.
-func sentinelFailover(_ *rand.Rand, d time.Duration) []Event {
+func sentinelFailover(_ *rand.Rand, d, _ time.Duration) []Event {
 	return []Event{sentinelFailoverAt(d/3, "SENTINEL FAILOVER")}
 }
 
@@ -192,14 +192,14 @@ func init() {
 		Name: "fenced-lock/pause-client",
 		Summary: "clients stop for 1.5× the lease between acquiring and writing (a GC pause); the lease expires and " +
 			"another owner writes. The resource must reject the stale holder: everything must hold.",
-		Topo: standalone, Workload: lockWorkload(0.3, longStall),
+		Topo: standalone, Workload: lockWorkload(0.3, longStall), Needs: stallNeeds,
 		Properties: props(), Check: drift, Impls: impls,
 	})
 	Register(&Scenario{
 		Name:    "fenced-lock/partition-client",
 		Summary: "one client at a time is cut off from the server (silently) and healed; outcomes become uncertain. Everything must hold.",
 		Topo:    standalone, Workload: lockWorkload(0.1, shortStall),
-		Nemesis: func(r *rand.Rand, d time.Duration) []Event {
+		Nemesis: func(r *rand.Rand, d, _ time.Duration) []Event {
 			return partitionClients(r, d, 1500*time.Millisecond, 700*time.Millisecond)
 		},
 		Properties: props(), Check: drift, Impls: impls,
@@ -208,21 +208,18 @@ func init() {
 		Name:    "fenced-lock/latency",
 		Summary: "every client link gets 20ms ± 20ms latency at times; replies come late, near lease expiry. Everything must hold.",
 		Topo:    standalone, Workload: lockWorkload(0.1, shortStall),
-		Nemesis: func(r *rand.Rand, d time.Duration) []Event {
+		Nemesis: func(r *rand.Rand, d, _ time.Duration) []Event {
 			return every(r, d, 2*time.Second, time.Second, "latency on client links",
 				latencyOnEveryClientLink("n1", 20*time.Millisecond, 20*time.Millisecond), healAll)
 		},
 		Properties: props(), Check: models.Options{Drift: 80 * time.Millisecond}, Impls: impls,
 	})
 	Register(&Scenario{
-		Name:    "fenced-lock/pause-primary",
-		Summary: "the server is stopped (SIGSTOP) for longer than a lease and continued. Everything must hold.",
-		Topo:    standalone, Workload: lockWorkload(0.1, shortStall),
-		Nemesis: func(r *rand.Rand, d time.Duration) []Event {
-			return every(r, d, 2*time.Second, 800*time.Millisecond, "pause the server",
-				func(_ context.Context, e *Env, _ *rand.Rand) error { return e.Topo.Pause("n1") },
-				func(_ context.Context, e *Env, _ *rand.Rand) error { return e.Topo.Resume("n1") })
-		},
+		Name: "fenced-lock/pause-primary",
+		Summary: "the server is stopped (SIGSTOP) for longer than a lease (800ms, or a ttl and a tenth plus 100ms at a " +
+			"long --ttl) and continued. Everything must hold.",
+		Topo: standalone, Workload: lockWorkload(0.1, shortStall),
+		Nemesis: pausePrimary, Needs: pauseLongerThanLeaseNeeds,
 		Properties: props(), Check: drift, Impls: impls,
 	})
 	Register(&Scenario{
@@ -242,6 +239,15 @@ func init() {
 		Nemesis:    killRestart,
 		Properties: props("token-order", "exclusion", "fenced-resource"), Check: drift, Impls: impls,
 	})
+}
+
+// pausePrimary stops n1 (SIGSTOP) for longer than a lease now and then
+// (pauseLongerThanLease) and continues it.
+func pausePrimary(r *rand.Rand, d, ttl time.Duration) []Event {
+	gap, hold := pauseLongerThanLease(ttl)
+	return every(r, d, gap, hold, "pause the server",
+		func(_ context.Context, e *Env, _ *rand.Rand) error { return e.Topo.Pause("n1") },
+		func(_ context.Context, e *Env, _ *rand.Rand) error { return e.Topo.Resume("n1") })
 }
 
 // onClientLinks applies f to a random half of the clients' links to n1.
@@ -274,7 +280,7 @@ func init() {
 		Register(&Scenario{
 			Name: "fenced-lock/" + name, Summary: summary,
 			Topo: standalone, Workload: lockWorkload(0.1, shortStall),
-			Nemesis: func(r *rand.Rand, d time.Duration) []Event {
+			Nemesis: func(r *rand.Rand, d, _ time.Duration) []Event {
 				return every(r, d, gap, hold, name+" on client links", onClientLinks(name, f), healAll)
 			},
 			Properties: props(), Check: models.Options{Drift: drift}, Impls: impls,
@@ -308,13 +314,16 @@ func init() {
 	// must refuse what it writes late).
 	Register(&Scenario{
 		Name: "fenced-lock/slow-beyond-lease",
-		Summary: "every client link gets 300ms ± 100ms latency each way for 1.5s at a time, with go-redis's default 3s " +
-			"timeout: grants arrive after the 500ms lease they grant has ended. Everything must hold.",
+		Summary: "every client link gets 0.6 ± 0.2 ttls of latency each way (300ms ± 100ms at the default 500ms) for 1.5s at " +
+			"a time, with go-redis's default 3s timeout: grants arrive after the lease they grant has ended. Everything " +
+			"must hold. A --ttl above 1.5s (replies past the timeout) or below 10ms is UNKNOWN.",
 		Topo: standalone, Workload: lockWorkload(0.1, shortStall), ClientTimeout: 3 * time.Second,
-		Nemesis: func(r *rand.Rand, d time.Duration) []Event {
-			return every(r, d, 2*time.Second, 1500*time.Millisecond, "300ms latency on every client link",
-				latencyOnEveryClientLink("n1", 300*time.Millisecond, 100*time.Millisecond), healAll)
+		Nemesis: func(r *rand.Rand, d, ttl time.Duration) []Event {
+			lat, jit := slowBeyondLease(ttl)
+			return every(r, d, 2*time.Second, 1500*time.Millisecond, fmt.Sprintf("%v ± %v latency on every client link", lat, jit),
+				latencyOnEveryClientLink("n1", lat, jit), healAll)
 		},
+		Needs:      slowBeyondLeaseNeeds,
 		Properties: props(), Check: models.Options{Drift: 80 * time.Millisecond}, Impls: impls,
 	})
 }
@@ -351,7 +360,7 @@ func latencyOnEveryClientLink(node string, latency, jitter time.Duration) func(c
 //   - long (1.5s, longer than go-redis's retries: 4 attempts of 250ms plus
 //     back-off, the resends on new connections whose handshake replies are
 //     lost too): the outcome stays unknown, with the command run once.
-func loseReplies(r *rand.Rand, d time.Duration) []Event {
+func loseReplies(r *rand.Rand, d, _ time.Duration) []Event {
 	const name = "lose-replies on client links"
 	short, long := 290*time.Millisecond, 1500*time.Millisecond
 	var evs []Event
@@ -377,7 +386,7 @@ func loseReplies(r *rand.Rand, d time.Duration) []Event {
 // killRestart kills the server and starts it again on the same data
 // directory; each restart that comes back without the data is the effect
 // (a canary key written just before the kill is gone).
-func killRestart(r *rand.Rand, d time.Duration) []Event {
+func killRestart(r *rand.Rand, d, _ time.Duration) []Event {
 	before := int64(-1)
 	return every(r, d, 3*time.Second, 300*time.Millisecond, "kill -9 the server",
 		func(ctx context.Context, e *Env, _ *rand.Rand) error {
@@ -403,7 +412,7 @@ func init() {
 			"because a regressed counter handed a second owner a token already used.",
 		Topo:     Topology{Kind: testbed.KindReplicated, Replicas: 1, Sentinels: 3},
 		Workload: lockWorkload(0.1, func(ttl time.Duration) time.Duration { return ttl / 10 }),
-		Nemesis: func(r *rand.Rand, d time.Duration) []Event {
+		Nemesis: func(r *rand.Rand, d, _ time.Duration) []Event {
 			at := d / 3
 			return []Event{
 				{At: at, Name: "cut replication n2↔n1", Kind: models.NemesisFault, Do: func(_ context.Context, e *Env) error { return e.Topo.Partition("n2", "n1") }},
@@ -428,7 +437,7 @@ func init() {
 		Name:    "fenced-lock/partition-primary",
 		Summary: "the server is cut off from every client (silently) and healed; outcomes become uncertain. Everything must hold.",
 		Topo:    Topology{Kind: testbed.KindStandalone}, Workload: lockWorkload(0.1, shortStall),
-		Nemesis: func(r *rand.Rand, d time.Duration) []Event {
+		Nemesis: func(r *rand.Rand, d, _ time.Duration) []Event {
 			return every(r, d, 2*time.Second, 700*time.Millisecond, "isolate the server",
 				func(_ context.Context, e *Env, _ *rand.Rand) error { return e.Topo.Isolate("n1") }, healAll)
 		},
@@ -460,7 +469,7 @@ func init() {
 		Summary: "the server runs allkeys-lru with little memory and filler data arrives (then the limit is lifted): the " +
 			"lease and the counter itself can be evicted, the counter restarting from zero. May show hazard on token order, exclusion and (a token reused by a second owner) the resource.",
 		Topo: Topology{Kind: testbed.KindStandalone}, Workload: lockWorkload(0.1, shortStall),
-		Nemesis: func(r *rand.Rand, d time.Duration) []Event {
+		Nemesis: func(r *rand.Rand, d, _ time.Duration) []Event {
 			return []Event{
 				{At: d / 4, Name: "maxmemory 4mb, allkeys-lru", Kind: models.NemesisFault, Do: func(ctx context.Context, e *Env) error {
 					return e.Topo.EvictionPressure(ctx, "n1", "4mb", "allkeys-lru")

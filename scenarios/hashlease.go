@@ -155,7 +155,7 @@ func init() {
 			"fenced with CLIENT KILL. Exclusion per field must hold.",
 		Topo:     standalone,
 		Workload: leaseWorkload,
-		Nemesis: func(r *rand.Rand, d time.Duration) []Event {
+		Nemesis: func(r *rand.Rand, d, _ time.Duration) []Event {
 			return partitionClients(r, d, 1500*time.Millisecond, 500*time.Millisecond)
 		},
 		Properties: props, Check: drift, Impls: []string{"prim"},

@@ -29,8 +29,8 @@ const behind = 500 * time.Millisecond
 // replication link and the cluster bus between them), then, behind later,
 // promotes it with CLUSTER FAILOVER mode ("TAKEOVER" or "FORCE"), healing the
 // cut once it has taken over (healOnceTaken).
-func clusterForcedFailover(mode string) func(*rand.Rand, time.Duration) []Event {
-	return func(_ *rand.Rand, d time.Duration) []Event {
+func clusterForcedFailover(mode string) func(*rand.Rand, time.Duration, time.Duration) []Event {
+	return func(_ *rand.Rand, d, _ time.Duration) []Event {
 		var p, r *testbed.Node // the slot's primary and replica, chosen by the cut
 		at := d / 3
 		return []Event{
@@ -75,7 +75,7 @@ func clusterForcedFailover(mode string) func(*rand.Rand, time.Duration) []Event 
 // hand (testbed.ForcePromote: REPLICAOF NO ONE, n1 made its replica, the
 // sentinels re-pointed so the clients follow), healing the cut once n2 has
 // taken over (healOnceTaken).
-func promoteBehind(_ *rand.Rand, d time.Duration) []Event {
+func promoteBehind(_ *rand.Rand, d, _ time.Duration) []Event {
 	at := d / 3
 	return []Event{
 		{At: at, Name: "cut replication n2↔n1", Kind: models.NemesisFault, Do: func(_ context.Context, e *Env) error {
@@ -139,7 +139,7 @@ func healOnceTaken(ctx context.Context, e *Env, np, old *testbed.Node, promote f
 // then the split heals (and n1 goes on as a primary until the sentinels
 // demote it). One event, so the heal cannot be left out of a short run
 // by a slow election.
-func splitBrain(_ *rand.Rand, d time.Duration) []Event {
+func splitBrain(_ *rand.Rand, d, _ time.Duration) []Event {
 	return []Event{
 		{At: d / 10, Name: "split n1 and half the clients from the rest until a replica is elected, then heal", Do: func(ctx context.Context, e *Env) error {
 			old := e.Topo.Node("n1")

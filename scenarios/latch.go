@@ -425,8 +425,8 @@ var trackingFlags = regexp.MustCompile(` flags=[A-Za-z]*t`)
 // proves the cut: the waiters' tracking connections the server had before
 // it are gone; a cut that closed none did not happen (the event fails, and
 // the run is UNKNOWN).
-func cutWaiters(first, gap, hold time.Duration) func(*rand.Rand, time.Duration) []Event {
-	return func(r *rand.Rand, d time.Duration) []Event {
+func cutWaiters(first, gap, hold time.Duration) func(*rand.Rand, time.Duration, time.Duration) []Event {
+	return func(r *rand.Rand, d, _ time.Duration) []Event {
 		var evs []Event
 		k := 0
 		for at := first; at+hold < d; at += gap/2 + randDur(r, gap) {

@@ -129,7 +129,7 @@ func rateProps(hazard bool) []Property {
 }
 
 // rateScenario registers ratelimit/<algo>/<fault>.
-func rateScenario(fault, summary string, topo Topology, cfg LimitConfig, nemesis func(*rand.Rand, time.Duration) []Event, hazard bool) {
+func rateScenario(fault, summary string, topo Topology, cfg LimitConfig, nemesis func(*rand.Rand, time.Duration, time.Duration) []Event, hazard bool) {
 	Register(&Scenario{
 		Name:    "ratelimit/" + cfg.Algo + "/" + fault,
 		Summary: fmt.Sprintf("%s (%s) %s", cfg.Algo, describeLimit(cfg), summary),
@@ -154,8 +154,8 @@ func describeLimit(c LimitConfig) string {
 // rateKillRestart kills the server every gap (± gap/2) and restarts it
 // without persistence after hold; each restart that lost the dataset is the
 // effect (the canary written just before the kill is gone).
-func rateKillRestart(gap, hold time.Duration) func(*rand.Rand, time.Duration) []Event {
-	return func(r *rand.Rand, d time.Duration) []Event {
+func rateKillRestart(gap, hold time.Duration) func(*rand.Rand, time.Duration, time.Duration) []Event {
+	return func(r *rand.Rand, d, _ time.Duration) []Event {
 		before := int64(-1)
 		return every(r, d, gap, hold, "kill -9 the server",
 			func(ctx context.Context, e *Env, _ *rand.Rand) error {
@@ -177,8 +177,8 @@ func rateKillRestart(gap, hold time.Duration) func(*rand.Rand, time.Duration) []
 // the sentinels fail over to the lagging replica; the proof of the loss is
 // the replication offsets (the old primary reached more, as a primary, than
 // the new one took over with).
-func rateFailoverForced(behind time.Duration) func(*rand.Rand, time.Duration) []Event {
-	return func(_ *rand.Rand, d time.Duration) []Event {
+func rateFailoverForced(behind time.Duration) func(*rand.Rand, time.Duration, time.Duration) []Event {
+	return func(_ *rand.Rand, d, _ time.Duration) []Event {
 		at := d / 4
 		return []Event{
 			{At: at, Name: "cut replication n2↔n1", Kind: models.NemesisFault, Do: func(_ context.Context, e *Env) error { return e.Topo.Partition("n2", "n1") }},
@@ -191,13 +191,13 @@ func rateFailoverForced(behind time.Duration) func(*rand.Rand, time.Duration) []
 // rateClockJump restarts the server (with AOF: the limiters' state
 // survives) with its wall clock moved by off at d/3; a forward jump is the
 // effect once the server's TIME reads it.
-func rateClockJump(off func(LimitConfig) time.Duration, cfg LimitConfig) func(*rand.Rand, time.Duration) []Event {
+func rateClockJump(off func(LimitConfig) time.Duration, cfg LimitConfig) func(*rand.Rand, time.Duration, time.Duration) []Event {
 	jump := off(cfg)
 	name := fmt.Sprintf("restart the server with its clock %v ahead", jump)
 	if jump < 0 {
 		name = fmt.Sprintf("restart the server with its clock %v behind", -jump)
 	}
-	return func(_ *rand.Rand, d time.Duration) []Event {
+	return func(_ *rand.Rand, d, _ time.Duration) []Event {
 		return []Event{{At: d / 3, Name: name, Do: func(ctx context.Context, e *Env) error {
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
 			defer cancel()
@@ -240,17 +240,17 @@ func init() {
 			standalone, cfg, nil, false)
 		rateScenario("partition-client", "one client at a time is cut off (silently) from the server and healed: its "+
 			"requests hang or time out (unknown outcome). The bound must hold.",
-			standalone, cfg, func(r *rand.Rand, d time.Duration) []Event {
+			standalone, cfg, func(r *rand.Rand, d, _ time.Duration) []Event {
 				return partitionClients(r, d, 1500*time.Millisecond, 700*time.Millisecond)
 			}, false)
 		rateScenario("latency", "every client link gets 20ms ± 20ms latency at times: grants arrive late. The bound must hold.",
-			standalone, cfg, func(r *rand.Rand, d time.Duration) []Event {
+			standalone, cfg, func(r *rand.Rand, d, _ time.Duration) []Event {
 				return every(r, d, 2*time.Second, time.Second, "latency on client links",
 					latencyOnEveryClientLink("n1", 20*time.Millisecond, 20*time.Millisecond), healAll)
 			}, false)
 		rateScenario("pause-primary", "the server is stopped (SIGSTOP) for 800ms and continued: requests queue up and "+
 			"run at once. The bound must hold.",
-			standalone, cfg, func(r *rand.Rand, d time.Duration) []Event {
+			standalone, cfg, func(r *rand.Rand, d, _ time.Duration) []Event {
 				return every(r, d, 2*time.Second, 800*time.Millisecond, "pause the server",
 					func(_ context.Context, e *Env, _ *rand.Rand) error { return e.Topo.Pause("n1") },
 					func(_ context.Context, e *Env, _ *rand.Rand) error { return e.Topo.Resume("n1") })

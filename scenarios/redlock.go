@@ -277,8 +277,8 @@ func nodeName(i int) string { return fmt.Sprintf("r%d", i+1) }
 // one left reachable) for hold, every gap: its commands there time out. A correct Redlock cannot reach a quorum from it;
 // one that counts a timed-out node as a success, or renews on a minority,
 // takes or keeps a lock the others take too.
-func cutClientFromMajority(gap, hold time.Duration) func(*rand.Rand, time.Duration) []Event {
-	return func(r *rand.Rand, d time.Duration) []Event {
+func cutClientFromMajority(gap, hold time.Duration) func(*rand.Rand, time.Duration, time.Duration) []Event {
+	return func(r *rand.Rand, d, _ time.Duration) []Event {
 		return every(r, d, gap, hold, "cut a client from a majority of the nodes",
 			func(_ context.Context, e *Env, r *rand.Rand) error {
 				// The holder, when there is one: its renewals then meet
@@ -339,23 +339,16 @@ func init() {
 		Topo:    Topology{Kind: testbed.KindIndependent, Nodes: 5}, Properties: redlockProps(false)})
 	redlockScenario(&Scenario{Name: "node-loss",
 		Summary: "one node is killed a third of the way in and started again, empty, only after more than a ttl (the " +
-			"Redlock rule for restarts without persistence): a majority stays, so everything must hold.",
+			"Redlock rule for restarts without persistence; plus a margin for the drift allowance): two thirds of the " +
+			"way in, or later at a long --ttl (a run too short for it is UNKNOWN). A majority stays, so everything must hold.",
 		Properties: redlockProps(false),
-		Nemesis: func(_ *rand.Rand, d time.Duration) []Event {
-			return []Event{
-				{At: d / 3, Name: "kill -9 r1", Kind: models.NemesisFault, Do: func(_ context.Context, e *Env) error { return e.Topo.Kill("r1") }},
-				{At: d / 3 * 2, Name: "start r1 again, empty, more than a ttl later", Kind: models.NemesisHeal, Do: func(ctx context.Context, e *Env) error {
-					sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
-					defer cancel()
-					return e.Topo.Start(sctx, "r1")
-				}},
-			}
-		}})
+		Nemesis:    nodeLoss,
+		Needs:      nodeLossNeeds})
 	redlockScenario(&Scenario{Name: "partition-minority",
 		Summary: "one node at a time (a minority) is cut off silently from every client and healed: its commands time " +
 			"out and count as failed; a majority stays. Everything must hold.",
 		Properties: redlockProps(false),
-		Nemesis: func(r *rand.Rand, d time.Duration) []Event {
+		Nemesis: func(r *rand.Rand, d, _ time.Duration) []Event {
 			return every(r, d, 1500*time.Millisecond, 700*time.Millisecond, "isolate a node",
 				func(_ context.Context, e *Env, r *rand.Rand) error {
 					n := nodeName(r.IntN(redlockNodes))
@@ -376,7 +369,7 @@ func init() {
 			"as failed, and its commands land after the attempt gave up (the implementation releases them). " +
 			"Everything must hold.",
 		Properties: redlockProps(false),
-		Nemesis: func(r *rand.Rand, d time.Duration) []Event {
+		Nemesis: func(r *rand.Rand, d, _ time.Duration) []Event {
 			return every(r, d, 2*time.Second, time.Second, "slow a node down",
 				func(_ context.Context, e *Env, r *rand.Rand) error {
 					n := nodeName(r.IntN(redlockNodes))
@@ -398,7 +391,7 @@ func init() {
 			"timeout) for most of the run: acquisitions still reach a quorum, and the time they take (a sixth of " +
 			"the 500ms ttl) must come off the validity they claim (redlock-validity). Everything must hold.",
 		Properties: redlockProps(false),
-		Nemesis: func(_ *rand.Rand, d time.Duration) []Event {
+		Nemesis: func(_ *rand.Rand, d, _ time.Duration) []Event {
 			return []Event{
 				{At: d / 6, Name: "40ms latency each way on every client link to every node", Kind: models.NemesisFault,
 					Do: func(ctx context.Context, e *Env) error {
@@ -431,7 +424,7 @@ func init() {
 			"delayed restart of redlock/node-loss), with the lost dataset proven.",
 		Properties: redlockProps(true),
 		Workload:   redlockWorkload(0, nil, true),
-		Nemesis: func(_ *rand.Rand, d time.Duration) []Event {
+		Nemesis: func(_ *rand.Rand, d, _ time.Duration) []Event {
 			return []Event{restartNodes(d/4, "r1", "r2"), restartNodes(d/2, "r2", "r3"), restartNodes(3*d/4, "r1", "r3")}
 		}})
 	redlockScenario(&Scenario{Name: "pause-client",
@@ -442,7 +435,34 @@ func init() {
 			"when no pause caught a write, and FAILs on any other violation; exclusion must hold.",
 		Properties: []Property{{Checker: "exclusion"}, {Checker: "stale-write-shown"}, {Checker: "lease-protocol"}, {Checker: "redlock-validity"}},
 		Verify:     map[string]Verify{"stale-write-shown": verifyStaleWriteShown},
-		Workload:   redlockWorkload(0.3, func(ttl time.Duration) time.Duration { return ttl + ttl/2 }, false)})
+		Workload:   redlockWorkload(0.3, func(ttl time.Duration) time.Duration { return ttl + ttl/2 }, false),
+		Needs:      stallNeeds})
+}
+
+// nodeLoss kills r1 and starts it again, empty, more than a ttl plus the
+// drift margin later (nodeLossSchedule). The restart also waits, if it must,
+// until that long after the kill really happened: a kill run late (a
+// loaded machine) must not bring the node back inside a lease it held.
+func nodeLoss(_ *rand.Rand, d, ttl time.Duration) []Event {
+	kill, restart := nodeLossSchedule(d, ttl)
+	var killed time.Time
+	return []Event{
+		{At: kill, Name: "kill -9 r1", Kind: models.NemesisFault, Do: func(_ context.Context, e *Env) error {
+			err := e.Topo.Kill("r1")
+			killed = time.Now()
+			return err
+		}},
+		{At: restart, Name: fmt.Sprintf("start r1 again, empty, more than a ttl later (%v after the kill)", (restart - kill).Round(time.Millisecond)),
+			Kind: models.NemesisHeal, Do: func(ctx context.Context, e *Env) error {
+				sleep(ctx, time.Until(killed.Add(redlockRestartAfter(e.TTL))))
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
+				defer cancel()
+				return e.Topo.Start(sctx, "r1")
+			}},
+	}
 }
 
 // redlockClockJump restarts r1 and r2 with their clocks 4 ttls ahead at d/5
@@ -455,7 +475,7 @@ func init() {
 // outlasts the hold (a CI run's seeds missed the overlap when the two nodes
 // restarted one after the other, at no particular moment). Each restart is
 // read back (TIME), and a restart that did not set the clock fails the event.
-func redlockClockJump(_ *rand.Rand, d time.Duration) []Event {
+func redlockClockJump(_ *rand.Rand, d, _ time.Duration) []Event {
 	restart := func(ahead bool) func(context.Context, *Env) error {
 		return func(ctx context.Context, e *Env) error {
 			if ahead {

@@ -133,3 +133,45 @@ func TestClockScenariosLocalOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestRedlockNodeLossTTL: redlock/node-loss starts r1 again, empty, more
+// than a ttl (plus the drift allowance) after it killed it, as the Redlock
+// rule for restarts without persistence asks, whatever --ttl: a ttl above
+// a third of the run delays the restart instead of bringing the node back
+// inside a live lease (it came back at 2d/3 whatever the ttl, which could
+// give two holders a lock a must-hold property guards). A run too short to
+// wait a ttl and still run after the restart is UNKNOWN, naming the
+// --duration (and the --ttl) that would do, and starts nothing.
+func TestRedlockNodeLossTTL(t *testing.T) {
+	short := runConfig(t, "redlock/node-loss", scenarios.Config{Duration: 2 * time.Second, TTL: time.Second, Seed: 1, Impl: "prim"})
+	if short.Verdict != scenarios.Unknown || len(short.Results) != 0 || len(short.Events) != 0 ||
+		!strings.Contains(short.Error, "--duration") || !strings.Contains(short.Error, "--ttl") {
+		t.Fatalf("2s at --ttl 1s: %s with %d properties and %d events (%q), want UNKNOWN, not run, naming --duration and --ttl",
+			short.Verdict, len(short.Results), len(short.Events), short.Error)
+	}
+	t.Logf("2s at --ttl 1s: %s", short.Error)
+
+	// 3s at --ttl 1.2s: the kill at 1s, the restart more than 1.2s later.
+	ttl := 1200 * time.Millisecond
+	out := runConfig(t, "redlock/node-loss", scenarios.Config{Duration: 3 * time.Second, TTL: ttl, Seed: 1, Impl: "prim"})
+	if out.Verdict != scenarios.Pass {
+		t.Fatalf("3s at --ttl %v: %s (%s), want PASS", ttl, out.Verdict, out.Error)
+	}
+	var kill, start *scenarios.EventLog
+	for i := range out.Events {
+		switch ev := &out.Events[i]; ev.Kind {
+		case "fault":
+			kill = ev
+		case "heal":
+			start = ev
+		}
+	}
+	if kill == nil || start == nil {
+		t.Fatalf("events %+v: want the kill and the restart", out.Events)
+	}
+	// The drift allowance prim declares, and the checkers' 20ms.
+	least := ttl + ttl/100 + 2*time.Millisecond + 20*time.Millisecond
+	if gap := start.At - kill.End; gap <= least {
+		t.Fatalf("r1 started again %v after the kill ended (%+v, %+v): not more than a ttl plus the drift allowance (%v)", gap, *kill, *start, least)
+	}
+}

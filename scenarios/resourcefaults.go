@@ -43,7 +43,7 @@ func onResourceLinks(what string, f func(e *Env, peer string) error) func(contex
 // notes the last token before the kill and after the restart; a resource that
 // came back without it would accept the stale writers it refused, which the
 // fenced-resource oracle reports.
-func restartResource(r *rand.Rand, d time.Duration) []Event {
+func restartResource(r *rand.Rand, d, _ time.Duration) []Event {
 	before := int64(-1)
 	return every(r, d, 1500*time.Millisecond, 300*time.Millisecond, "kill -9 the resource",
 		func(ctx context.Context, e *Env, _ *rand.Rand) error {
@@ -71,8 +71,8 @@ func init() {
 		Summary: "the resource links of half the clients are cut silently for 700ms and healed, while some holders " +
 			"stop past their lease before writing: writes time out (info) and the cut ones reach the resource when " +
 			"the link heals, possibly after a newer holder's. The resource must refuse every stale write: everything must hold.",
-		Topo: standalone, Workload: workload,
-		Nemesis: func(r *rand.Rand, d time.Duration) []Event {
+		Topo: standalone, Workload: workload, Needs: stallNeeds,
+		Nemesis: func(r *rand.Rand, d, _ time.Duration) []Event {
 			return every(r, d, 1500*time.Millisecond, 700*time.Millisecond, "cut resource links",
 				onResourceLinks("cut from the resource", func(e *Env, peer string) error { return e.Topo.Partition(peer, ResourceNode) }),
 				healAll)
@@ -84,8 +84,8 @@ func init() {
 		Summary: "every client's resource link gets 150ms ± 120ms latency each way, so a write takes from nothing to past " +
 			"the 250ms client timeout and the 500ms lease: holders write late, and late writes arrive after a newer " +
 			"holder's. The resource must refuse every stale write: everything must hold.",
-		Topo: standalone, Workload: workload,
-		Nemesis: func(r *rand.Rand, d time.Duration) []Event {
+		Topo: standalone, Workload: workload, Needs: stallNeeds,
+		Nemesis: func(r *rand.Rand, d, _ time.Duration) []Event {
 			return every(r, d, 2*time.Second, 1200*time.Millisecond, "slow resource links",
 				latencyOnEveryClientLink(ResourceNode, 150*time.Millisecond, 120*time.Millisecond), healAll)
 		},
@@ -96,7 +96,7 @@ func init() {
 		Summary: "the resource server is killed -9 and restarted on its append-only file (appendfsync always), as a " +
 			"fenced store must persist its last token: a resource that forgot it would accept every stale writer. " +
 			"Writes during the restart are refused connections (info). Everything must hold.",
-		Topo: standalone, Workload: workload,
+		Topo: standalone, Workload: workload, Needs: stallNeeds,
 		Nemesis:    restartResource,
 		Properties: props(), Check: models.Options{Drift: 20 * time.Millisecond}, Impls: impls,
 	})

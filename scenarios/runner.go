@@ -372,6 +372,14 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	if cfg.Docker != nil && s.MovesClock() {
 		return nil, fmt.Errorf("scenarios: %s moves a server's clock (a host library): it runs only with --provider local", s.Name)
 	}
+	if s.Needs != nil {
+		// A run too short for what the scenario states against the ttl
+		// would test something else (a restart inside a live lease, a
+		// pause shorter than one): it starts nothing and is UNKNOWN.
+		if why := s.Needs(cfg.Duration, cfg.TTL); why != "" {
+			return notRun(s, cfg, impl.Name(), why), nil
+		}
+	}
 	env := &Env{Impl: impl, Limiter: limiter, Sem: sem, Latch: latch, RW: rw, Redlock: rl, Seed: cfg.Seed, TTL: cfg.TTL, Log: cfg.Logger,
 		Resource: &Resource{Fencing: impl.Fenced()}}
 	if r, ok := impl.(interface{ ResourceFencing() bool }); ok {
@@ -489,7 +497,7 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	}
 	events := []Event(nil)
 	if s.Nemesis != nil {
-		events = s.Nemesis(mrand.New(mrand.NewPCG(uint64(cfg.Seed), 0)), cfg.Duration)
+		events = s.Nemesis(mrand.New(mrand.NewPCG(uint64(cfg.Seed), 0)), cfg.Duration, cfg.TTL)
 		// Schedules built from several parts run in time order.
 		slices.SortStableFunc(events, func(a, b Event) int { return cmp.Compare(a.At, b.At) })
 	}
@@ -723,6 +731,20 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	out.Hazard = models.HazardOutcome(s.Properties, vs, effects)
 	out.Verdict = Worst(vs...)
 	return out, nil
+}
+
+// notRun is the outcome of a run that started nothing because of why:
+// UNKNOWN, with why as its error (no properties, no history).
+func notRun(s *Scenario, cfg Config, impl, why string) *Outcome {
+	b, provider := cmp.Or(s.Topo.Build, cfg.Build, testbed.DefaultBuild), "local"
+	switch {
+	case cfg.External != nil:
+		b, provider = "external", "external"
+	case cfg.Docker != nil:
+		provider = "docker"
+	}
+	return &Outcome{Scenario: s.Name, Build: b, Impl: impl, Seed: cfg.Seed, Clients: cfg.Clients, Duration: cfg.Duration,
+		Verdict: Unknown, Provider: provider, Error: fmt.Sprintf("%s: not run: %s", s.Name, why)}
 }
 
 func startTopology(ctx context.Context, t Topology, cfg Config) (*testbed.Topology, error) {

@@ -122,14 +122,16 @@ func rwProps(hazard bool) []Property {
 	return []Property{p, lp}
 }
 
-// rwScenario registers rwlock/<fault>.
-func rwScenario(fault, summary string, topo Topology, st rwStyle, nemesis func(*rand.Rand, time.Duration) []Event, hazard bool, noLeakScan string) {
-	Register(&Scenario{
+// rwScenario registers rwlock/<fault> and returns it (for its Needs).
+func rwScenario(fault, summary string, topo Topology, st rwStyle, nemesis func(*rand.Rand, time.Duration, time.Duration) []Event, hazard bool, noLeakScan string) *Scenario {
+	s := &Scenario{
 		Name: "rwlock/" + fault, Summary: summary,
 		Topo: topo, Workload: rwWorkload(st), Nemesis: nemesis,
 		Properties: rwProps(hazard), Check: models.Options{Drift: 20 * time.Millisecond},
 		Impls: []string{"prim"}, RW: true, NoLeakScan: noLeakScan,
-	})
+	}
+	Register(s)
+	return s
 }
 
 func init() {
@@ -151,21 +153,17 @@ func init() {
 	rwScenario("partition-client", "one client at a time is cut off (silently) from the server and healed: its "+
 		"acquisitions, renewals and releases become uncertain (an uncertain renewal ends its holder's lease). "+
 		"Everything must hold.",
-		standalone, mixed, func(r *rand.Rand, d time.Duration) []Event {
+		standalone, mixed, func(r *rand.Rand, d, _ time.Duration) []Event {
 			return partitionClients(r, d, 1500*time.Millisecond, 700*time.Millisecond)
 		}, false, "")
 	rwScenario("pause-client", "holders stop for 1.5× the lease three times in ten (a GC pause) before renewing and "+
 		"releasing: their lease runs out and incompatible owners take the key. A stopped holder stops counting on its "+
 		"lease at invocation + ttl (the checker's validity window), and its late renewal must fail: everything must hold.",
-		standalone, paused, nil, false, "")
-	rwScenario("pause-primary", "the server is stopped (SIGSTOP) for 800ms, longer than a lease, and continued: "+
-		"requests time out (uncertain) and run at once on resume, with deadlines on the server's clock. "+
-		"Everything must hold.",
-		standalone, mixed, func(r *rand.Rand, d time.Duration) []Event {
-			return every(r, d, 2*time.Second, 800*time.Millisecond, "pause the server",
-				func(_ context.Context, e *Env, _ *rand.Rand) error { return e.Topo.Pause("n1") },
-				func(_ context.Context, e *Env, _ *rand.Rand) error { return e.Topo.Resume("n1") })
-		}, false, "")
+		standalone, paused, nil, false, "").Needs = stallNeeds
+	rwScenario("pause-primary", "the server is stopped (SIGSTOP) for longer than a lease (800ms, or a ttl and a tenth "+
+		"plus 100ms at a long --ttl) and continued: requests time out (uncertain) and run at once on resume, with "+
+		"deadlines on the server's clock. Everything must hold.",
+		standalone, mixed, pausePrimary, false, "").Needs = pauseLongerThanLeaseNeeds
 	rwScenario("failover-forced", "replication to the replica is cut, and 1s later the sentinels fail over to it: "+
 		"the new primary lacks the owners added in the last second, so a writer can be admitted while a reader (or "+
 		"a reader while a writer) the old primary admitted still holds its lease. Asynchronous replication gives no "+

@@ -110,8 +110,17 @@ type Scenario struct {
 	Topo    Topology
 	// Workload runs one client process until ctx ends.
 	Workload func(ctx context.Context, env *Env, proc int)
-	// Nemesis returns the fault schedule for a run of duration d.
-	Nemesis func(r *rand.Rand, d time.Duration) []Event
+	// Nemesis returns the fault schedule for a run of duration d with
+	// leases of ttl (--ttl): a fault whose summary is stated against the
+	// lease (a restart more than a ttl after the kill, a pause longer than a
+	// lease) is timed from ttl, not from d alone.
+	Nemesis func(r *rand.Rand, d, ttl time.Duration) []Event
+	// Needs, when set, says what a run of duration d with leases of ttl
+	// lacks for the scenario to do what its summary states against the ttl
+	// (see needDuration): "" when it has it, else the reason, naming the
+	// --duration (or --ttl) that would do. Such a run starts nothing and is
+	// UNKNOWN with that reason, never a PASS or a FAIL.
+	Needs func(d, ttl time.Duration) string
 	// Properties are the checkers that judge the history.
 	Properties []Property
 	// Check tunes the checkers (drift allowance, lost notifications…).

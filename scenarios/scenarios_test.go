@@ -39,13 +39,22 @@ func run(t *testing.T, name, impl string, seed int64) *scenarios.Outcome {
 // tests' default).
 func runFor(t *testing.T, name, impl string, seed int64, d time.Duration) *scenarios.Outcome {
 	t.Helper()
+	return runConfig(t, name, scenarios.Config{Duration: d, Seed: seed, Impl: impl})
+}
+
+// runConfig is runFor with more of the run's settings (cfg.TTL); the build
+// and the log are the tests'.
+func runConfig(t *testing.T, name string, cfg scenarios.Config) *scenarios.Outcome {
+	t.Helper()
 	ss, err := scenarios.Match([]string{name})
 	if err != nil || len(ss) != 1 {
 		t.Fatalf("%s: %v %v", name, ss, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	out, err := scenarios.Run(ctx, ss[0], scenarios.Config{Build: build(), Duration: d, Seed: seed, Impl: impl, Logf: t.Logf})
+	cfg.Build, cfg.Logf = build(), t.Logf
+	impl, d := cfg.Impl, cfg.Duration
+	out, err := scenarios.Run(ctx, ss[0], cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +64,8 @@ func runFor(t *testing.T, name, impl string, seed int64, d time.Duration) *scena
 		// periods: UNKNOWN, honestly. Run it once more, twice as long; an
 		// UNKNOWN then stands.
 		t.Logf("%s %s: progress could not be judged in %v; running it again for %v", impl, name, d, 2*d)
-		out, err = scenarios.Run(ctx, ss[0], scenarios.Config{Build: build(), Duration: 2 * d, Seed: seed, Impl: impl, Logf: t.Logf})
+		cfg.Duration = 2 * d
+		out, err = scenarios.Run(ctx, ss[0], cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -335,11 +345,11 @@ func TestRegistryComplete(t *testing.T) {
 }
 
 // TestSameSeedSameSchedule: a scenario's fault schedule is a function of the
-// seed and the duration.
+// seed, the duration and the ttl.
 func TestSameSeedSameSchedule(t *testing.T) {
 	sched := func(s *scenarios.Scenario, seed uint64) string {
 		var b strings.Builder
-		for _, e := range s.Nemesis(rand.New(rand.NewPCG(seed, 0)), 30*time.Second) {
+		for _, e := range s.Nemesis(rand.New(rand.NewPCG(seed, 0)), 30*time.Second, 500*time.Millisecond) {
 			fmt.Fprintf(&b, "%v %s; ", e.At, e.Name)
 		}
 		return b.String()

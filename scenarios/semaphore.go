@@ -165,7 +165,7 @@ func init() {
 			"process takes it. The paused holder stops using a permit whose lease may have run out (it only releases " +
 			"it); the capacity checker judges validity windows, which end at the lease's expiry. Never more than capacity.",
 		Topo: standalone, Properties: semProps(false),
-		Workload: semWorkload(0.3, longStall, 0, false)})
+		Workload: semWorkload(0.3, longStall, 0, false), Needs: stallNeeds})
 	semScenario(&Scenario{Name: "kill-restart-noaof",
 		Summary: "the server is killed -9 and restarted without persistence: every live permit vanishes while its " +
 			"holder still counts on it, and the next processes take the capacity again. May show HAZARD " +
@@ -207,7 +207,7 @@ func init() {
 // (a third) and the background clean-up's one attempt in its window
 // (semCleanupWindow; each attempt is bounded to a second) to give up, and
 // for an acquisition cut at its start to time out and its fence to give up.
-func semPartitionClients(r *rand.Rand, d time.Duration) []Event {
+func semPartitionClients(r *rand.Rand, d, _ time.Duration) []Event {
 	const hold = 5 * time.Second
 	var evs []Event
 	for at := 500 * time.Millisecond; at+hold < d; at += hold + time.Second + time.Duration(r.Int64N(int64(time.Second/2))) {

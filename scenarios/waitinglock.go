@@ -215,7 +215,7 @@ func init() {
 			"waiters must still take a free lock, by the lease's expiry at the latest. Everything must hold.",
 		Topo:     Topology{Kind: testbed.KindStandalone},
 		Workload: waitingWorkload,
-		Nemesis: func(r *rand.Rand, d time.Duration) []Event {
+		Nemesis: func(r *rand.Rand, d, _ time.Duration) []Event {
 			var evs []Event
 			for at := 700 * time.Millisecond; at < d; at += time.Second + time.Duration(r.Int64N(int64(time.Second))) {
 				evs = append(evs, Event{At: at, Name: "kill tracking connections", Do: killWatchers})
@@ -239,7 +239,7 @@ func init() {
 			"liveness included (a lapsed lease taken within the bound after its expiry), must hold.",
 		Topo:     Topology{Kind: testbed.KindStandalone},
 		Workload: abandoningWorkload,
-		Nemesis: func(*rand.Rand, time.Duration) []Event {
+		Nemesis: func(*rand.Rand, time.Duration, time.Duration) []Event {
 			return []Event{{At: 0, Name: "active expiry off", Do: activeExpiryOff}}
 		},
 		Properties: props,
