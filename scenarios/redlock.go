@@ -266,6 +266,7 @@ func redlockScenario(s *Scenario) {
 		s.Verify = map[string]Verify{}
 	}
 	s.Verify["redlock-validity"] = verifyRedlockValidity
+	s.Needs = allNeeds(redlockTTLNeeds, s.Needs)
 	Register(s)
 }
 

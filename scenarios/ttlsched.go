@@ -125,3 +125,35 @@ func slowBeyondLeaseNeeds(_, ttl time.Duration) string {
 	}
 	return ""
 }
+
+// redlockMinTTL is the shortest lease the redlock family runs: a Redlock
+// validity is the ttl less the time the nodes took and the drift allowance
+// (2ms and 1% of the ttl for prim), and the holder writes only while a tenth
+// of the ttl is left, so below it (at --ttl 1ms every acquisition) a lease is
+// refused for want of validity, and the progress checker FAILs a run that
+// says nothing of the implementation.
+const redlockMinTTL = 20 * time.Millisecond
+
+func redlockTTLNeeds(_, ttl time.Duration) string {
+	if ttl >= redlockMinTTL {
+		return ""
+	}
+	return fmt.Sprintf("a Redlock lease of %v has little or no validity left after the drift allowance (2ms and 1%% of the ttl) "+
+		"and the nodes' round trips, so acquisitions are refused whatever the implementation: needs --ttl %v or more", ttl, redlockMinTTL)
+}
+
+// allNeeds is a Scenario.Needs that refuses a run any of needs (nil ones
+// skipped) refuses, with the first reason.
+func allNeeds(needs ...func(d, ttl time.Duration) string) func(d, ttl time.Duration) string {
+	return func(d, ttl time.Duration) string {
+		for _, n := range needs {
+			if n == nil {
+				continue
+			}
+			if why := n(d, ttl); why != "" {
+				return why
+			}
+		}
+		return ""
+	}
+}

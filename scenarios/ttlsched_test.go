@@ -185,3 +185,28 @@ func TestNeedsReasonsDo(t *testing.T) {
 		t.Error("no scenario refuses any run of the grid")
 	}
 }
+
+// TestRedlockShortTTL: a Redlock lease shorter than 20ms has little or no
+// validity left after the drift allowance and the round trips (at 1ms
+// none: every acquisition is refused), so every redlock scenario refuses
+// such a run, UNKNOWN with the --ttl that would do, where it used to FAIL
+// progress (no acquisition answered) without a word about the
+// implementation; 20ms and the default run.
+func TestRedlockShortTTL(t *testing.T) {
+	ss, _ := scenarios.Match([]string{"redlock"})
+	for _, s := range ss {
+		if why := needs(s, 4*time.Second, time.Millisecond); !strings.Contains(why, "--ttl 20ms or more") {
+			t.Errorf("%s at --ttl 1ms: %q, want a refusal naming --ttl 20ms or more", s.Name, why)
+		}
+		for _, ttl := range []time.Duration{20 * time.Millisecond, 500 * time.Millisecond} {
+			if why := needs(s, 4*time.Second, ttl); why != "" {
+				t.Errorf("%s at --ttl %v: refused: %s", s.Name, ttl, why)
+			}
+		}
+	}
+	out := runConfig(t, "redlock/baseline", scenarios.Config{Duration: time.Second, TTL: time.Millisecond, Seed: 1, Impl: "prim"})
+	if out.Verdict != scenarios.Unknown || len(out.Results) != 0 || !strings.Contains(out.Error, "--ttl 20ms or more") {
+		t.Fatalf("redlock/baseline at --ttl 1ms: %s with %d properties (%q), want UNKNOWN, not run, naming --ttl 20ms or more",
+			out.Verdict, len(out.Results), out.Error)
+	}
+}
