@@ -266,7 +266,7 @@ func redlockScenario(s *Scenario) {
 		s.Verify = map[string]Verify{}
 	}
 	s.Verify["redlock-validity"] = verifyRedlockValidity
-	s.Needs = allNeeds(redlockTTLNeeds, s.Needs)
+	s.Needs = allNeeds(s.Needs, redlockTTLNeeds) // its own first: redlock/latency's floor is the higher
 	Register(s)
 }
 
@@ -390,8 +390,10 @@ func init() {
 	redlockScenario(&Scenario{Name: "latency",
 		Summary: "every node answers every client 40ms late each way (a round trip of 80ms, under the 100ms node " +
 			"timeout) for most of the run: acquisitions still reach a quorum, and the time they take (a sixth of " +
-			"the 500ms ttl) must come off the validity they claim (redlock-validity). Everything must hold.",
+			"the 500ms ttl) must come off the validity they claim (redlock-validity). Everything must hold. A --ttl " +
+			"below 240ms, which keeps little validity after the round trip, is UNKNOWN.",
 		Properties: redlockProps(false),
+		Needs:      redlockLatencyNeeds,
 		Nemesis: func(_ *rand.Rand, d, _ time.Duration) []Event {
 			return []Event{
 				{At: d / 6, Name: "40ms latency each way on every client link to every node", Kind: models.NemesisFault,

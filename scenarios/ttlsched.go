@@ -157,3 +157,18 @@ func allNeeds(needs ...func(d, ttl time.Duration) string) func(d, ttl time.Durat
 		return ""
 	}
 }
+
+// redlockLatencyMinTTL is the shortest lease redlock/latency runs: an
+// acquisition through its round trip (2 × redlockLatency) must keep validity
+// to claim, or none succeeds under the latency and redlock-validity judges
+// only the healthy ends of the run, where the elapsed time is nothing (a
+// PASS that checked nothing the summary states): three round trips.
+const redlockLatencyMinTTL = 6 * redlockLatency
+
+func redlockLatencyNeeds(_, ttl time.Duration) string {
+	if ttl >= redlockLatencyMinTTL {
+		return ""
+	}
+	return fmt.Sprintf("acquisitions through a %v round trip must keep validity to claim (a lease of %v keeps little or none "+
+		"after it and the drift allowance): needs --ttl %v or more", 2*redlockLatency, ttl, redlockLatencyMinTTL)
+}

@@ -195,11 +195,15 @@ func TestNeedsReasonsDo(t *testing.T) {
 func TestRedlockShortTTL(t *testing.T) {
 	ss, _ := scenarios.Match([]string{"redlock"})
 	for _, s := range ss {
-		if why := needs(s, 4*time.Second, time.Millisecond); !strings.Contains(why, "--ttl 20ms or more") {
-			t.Errorf("%s at --ttl 1ms: %q, want a refusal naming --ttl 20ms or more", s.Name, why)
+		want := "--ttl 20ms or more"
+		if s.Name == "redlock/latency" {
+			want = "--ttl 240ms or more" // its own floor (TestRedlockLatencyTTL)
+		}
+		if why := needs(s, 4*time.Second, time.Millisecond); !strings.Contains(why, want) {
+			t.Errorf("%s at --ttl 1ms: %q, want a refusal naming %s", s.Name, why, want)
 		}
 		for _, ttl := range []time.Duration{20 * time.Millisecond, 500 * time.Millisecond} {
-			if why := needs(s, 4*time.Second, ttl); why != "" {
+			if why := needs(s, 4*time.Second, ttl); why != "" && (s.Name != "redlock/latency" || ttl >= 240*time.Millisecond) {
 				t.Errorf("%s at --ttl %v: refused: %s", s.Name, ttl, why)
 			}
 		}
@@ -208,5 +212,19 @@ func TestRedlockShortTTL(t *testing.T) {
 	if out.Verdict != scenarios.Unknown || len(out.Results) != 0 || !strings.Contains(out.Error, "--ttl 20ms or more") {
 		t.Fatalf("redlock/baseline at --ttl 1ms: %s with %d properties (%q), want UNKNOWN, not run, naming --ttl 20ms or more",
 			out.Verdict, len(out.Results), out.Error)
+	}
+}
+
+// TestRedlockLatencyTTL: redlock/latency's 80ms round trip leaves a short
+// lease no validity to claim, so no acquisition succeeds under the latency
+// and redlock-validity would judge only the run's healthy ends: a --ttl
+// below 240ms is refused, the default runs.
+func TestRedlockLatencyTTL(t *testing.T) {
+	s := scenario(t, "redlock/latency")
+	if why := needs(s, 4*time.Second, 100*time.Millisecond); !strings.Contains(why, "--ttl 240ms or more") {
+		t.Errorf("--ttl 100ms: %q, want a refusal naming --ttl 240ms or more", why)
+	}
+	if why := needs(s, 4*time.Second, 500*time.Millisecond); why != "" {
+		t.Errorf("the default ttl refused: %s", why)
 	}
 }
