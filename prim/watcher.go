@@ -302,9 +302,13 @@ func (w *watcher) keepAliveLoop(ctx context.Context) {
 			var re redis.Error
 			if errors.As(err, &re) {
 				// The server replied: the connection is alive, whatever the
-				// reply. A refused PING (an ACL without +ping) is said once;
-				// CLIENT ID, which the watcher needs anyway, checks from then on.
-				if !w.pingRefused {
+				// reply (BUSY and LOADING included). A refused PING (NOPERM:
+				// an ACL without +ping; or a server that renamed it away) is
+				// said once; CLIENT ID, which the watcher needs anyway, checks
+				// from then on.
+				code, _, _ := strings.Cut(re.Error(), " ")
+				refused := code == "NOPERM" || (code == "ERR" && strings.Contains(strings.ToLower(re.Error()), "unknown command"))
+				if refused && !w.pingRefused {
 					w.pingRefused = true
 					w.c.logger.Warn("prim: keep-alive PING refused by the server; the invalidation watcher checks its tracking connection with CLIENT ID instead",
 						"node", w.addr, "err", err, "fix", "grant the ACL user +ping (prim.ACLWaiting: "+ACLWaiting+")")
@@ -474,7 +478,8 @@ func (w *watcher) trackingRefusedLocked(ctx context.Context, err error) bool {
 	}
 	msg := re.Error()
 	code, _, _ := strings.Cut(msg, " ")
-	if code != "NOPERM" && code != "NOAUTH" && (code != "ERR" || !strings.Contains(strings.ToLower(msg), "unknown")) {
+	lower := strings.ToLower(msg)
+	if code != "NOPERM" && code != "NOAUTH" && (code != "ERR" || !strings.Contains(lower, "unknown") && !strings.Contains(lower, "unsupported")) {
 		return false
 	}
 	first := w.trRefused == nil

@@ -35,7 +35,22 @@ func TestExternalSentinelCredentials(t *testing.T) {
 	} else {
 		t.Logf("without the sentinel password: %v", err)
 	}
+	// A sentinel user without its password: refused before anything
+	// connects (go-redis would ask as the default user).
+	named := ext
+	named.SentinelUsername = "default"
+	if _, err := run(named); err == nil || !strings.Contains(err.Error(), "needs its password") {
+		t.Errorf("a sentinel user without a password: %v", err)
+	}
 	ext.SentinelPassword = "spw"
+	// The data user without PING, which prim does without: a refused PING
+	// is an answer, the deployment is reached (review: it was "cannot
+	// reach").
+	for _, n := range topo.Nodes() {
+		if err := n.Admin().Do(context.Background(), "ACL", "SETUSER", "svc", "-ping").Err(); err != nil {
+			t.Fatalf("%s: %v", n.Name, err)
+		}
+	}
 	out, err := run(ext)
 	if err != nil {
 		t.Fatal(err)

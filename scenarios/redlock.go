@@ -24,8 +24,9 @@ import (
 // (as for the unfenced locks of fenced-lock/*), and the fenced-resource
 // oracle lists the writes the resource accepted out of that order. The
 // exclusion checker holds the holders' validity windows (invocation + ttl);
-// redlock-validity holds each acquisition's claimed validity to the drift
-// allowance its implementation declares.
+// redlock-validity holds each acquisition's claimed validity to the ttl less
+// the drift allowance its implementation declares and less the time the
+// acquisition took (verifyRedlockValidity).
 
 // redlockKey is the lock's key on every node.
 const redlockKey = "redlock"

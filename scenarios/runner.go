@@ -402,6 +402,11 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	}
 	buildName, provider, target, transport := "", "local", "", ""
 	if ext := cfg.External; ext != nil {
+		if ext.SentinelUsername != "" && ext.SentinelPassword == "" {
+			// go-redis authenticates only with a password: the name alone
+			// would silently ask the sentinels as their default user.
+			return nil, fmt.Errorf("scenarios: the sentinel user %s needs its password ($COORDTORTURE_SENTINEL_PASSWORD)", ext.SentinelUsername)
+		}
 		// One connection first, as the clients will connect: a plaintext
 		// client on a TLS-only port (or the reverse) is told so at once.
 		tr, err := tlsopt.ProbeAny(ctx, ext.Addrs, ext.tlsConfig(), ext.Dialer, 2*time.Second)
@@ -787,7 +792,9 @@ func externalClient(ctx context.Context, ext *External, hardened bool) (redis.Un
 	c := redis.NewUniversalClient(o)
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if err := c.Ping(pctx).Err(); err != nil {
+	// A refused PING (a user without +ping, which prim does without) is an
+	// answer: the deployment is reached.
+	if err := c.Ping(pctx).Err(); err != nil && !strings.HasPrefix(err.Error(), "NOPERM") {
 		c.Close()
 		hint := ""
 		if msg := err.Error(); ext.MasterName != "" && strings.Contains(msg, "sentinels") &&

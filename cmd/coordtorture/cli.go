@@ -49,7 +49,8 @@ and injects faults. "docker" does the same with every server in a container of
 its own (--image, default the build's local image: make images builds them) on a
 network of the run's; everything it creates is labelled and removed at the end.
 "external" runs the fault-free workloads against a deployment
-you already have (--addr; the password is read from $COORDTORTURE_PASSWORD): keys
+you already have (--addr; the password is read from $COORDTORTURE_PASSWORD, and
+with --master-name the sentinels' from $COORDTORTURE_SENTINEL_PASSWORD): keys
 carry a random "coordtorture:<run>:" prefix and are deleted afterwards.
 `
 
@@ -160,7 +161,7 @@ func (f *runFlags) register(fs *flag.FlagSet, cmd string) {
 	str(forRun|forReplay, &f.masterName, "master-name", "", "external: Sentinel master name (--addr lists the sentinels)")
 	boolean(forRun|forReplay, &f.cluster, "cluster", "external: --addr is a cluster (needed when it is a single address)")
 	str(forRun|forReplay, &f.user, "user", "", "external: ACL user name (password from $COORDTORTURE_PASSWORD)")
-	str(forRun|forReplay, &f.sentinelUser, "sentinel-user", "", "external, with --master-name: the sentinels' ACL user (password from $COORDTORTURE_SENTINEL_PASSWORD; neither set: their default user, no AUTH); --user is never sent to the sentinels")
+	str(forRun|forReplay, &f.sentinelUser, "sentinel-user", "", "external, with --master-name: the sentinels' ACL user (password from $COORDTORTURE_SENTINEL_PASSWORD, required with it: go-redis authenticates only with a password; neither set: their default user, no AUTH); --user is never sent to the sentinels")
 	if which&(forRun|forReplay) != 0 {
 		f.tls.Register(fs) // external: --tls, --tls-ca, --tls-cert, --tls-key, --tls-server-name, --tls-insecure
 	}

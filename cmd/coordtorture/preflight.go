@@ -80,7 +80,7 @@ func preflightCmd(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&masterName, "master-name", "", "Sentinel master name (--addr lists the sentinels)")
 	fs.BoolVar(&cluster, "cluster", false, "--addr is a cluster (needed when it is a single address)")
 	fs.StringVar(&user, "user", "", "ACL user name (password from $COORDTORTURE_PASSWORD)")
-	fs.StringVar(&sentUser, "sentinel-user", "", "with --master-name: the sentinels' ACL user (password from $COORDTORTURE_SENTINEL_PASSWORD; neither set: the sentinels' default user, no AUTH); --user is never sent to them, as go-redis's failover client does with SentinelUsername")
+	fs.StringVar(&sentUser, "sentinel-user", "", "with --master-name: the sentinels' ACL user (password from $COORDTORTURE_SENTINEL_PASSWORD, required with it: go-redis authenticates only with a password; neither set: the sentinels' default user, no AUTH); --user is never sent to them, as go-redis's failover client does with SentinelUsername")
 	tlsOpts.Register(fs)
 	fs.BoolVar(&asJSON, "json", false, "write the report as JSON")
 	fs.BoolVar(&probe, "write-probe", false, "also run each primitive once on keys under a random coordtorture:preflight:probe:… prefix, and delete them (the only mode that writes)")

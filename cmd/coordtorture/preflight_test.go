@@ -21,7 +21,8 @@ func TestPreflightCLI(t *testing.T) {
 	for _, bad := range [][]string{{"preflight"}, {"preflight", "--addr", "127.0.0.1:1", "extra"},
 		{"preflight", "--addr", "127.0.0.1:1", "--primitives", "mutex"}, {"preflight", "--bogus"},
 		{"preflight", "--addr", "127.0.0.1:1", "--timeout", "300ms"},
-		{"preflight", "--addr", "127.0.0.1:1", "--sentinel-user", "s"}} { // the sentinel user needs --master-name
+		{"preflight", "--addr", "127.0.0.1:1", "--sentinel-user", "s"},                         // the sentinel user needs --master-name
+		{"preflight", "--addr", "127.0.0.1:1", "--master-name", "m", "--sentinel-user", "s"}} { // and its password
 		out.Reset()
 		errb.Reset()
 		if code := run(bad, &out, &errb); code != 2 || errb.Len() == 0 {

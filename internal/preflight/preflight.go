@@ -179,6 +179,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.MasterName != "" && o.Cluster {
 		return nil, fmt.Errorf("%w: --master-name and --cluster exclude each other", ErrUsage)
 	}
+	if o.SentinelUsername != "" && o.SentinelPassword == "" {
+		// go-redis authenticates only with a password: the name alone
+		// would silently ask the sentinels as their default user.
+		return nil, fmt.Errorf("%w: the sentinel user %s needs its password ($COORDTORTURE_SENTINEL_PASSWORD)", ErrUsage, o.SentinelUsername)
+	}
 	if len(o.Primitives) == 0 {
 		o.Primitives = Primitives()
 	}
@@ -833,7 +838,7 @@ func (p *run) authHint(err error) string {
 }
 
 func (p *run) checkSentinels(ctx context.Context) {
-	reachable, known, quorumOK, aclAsked := 0, 0, 0, 0
+	reachable, known, quorumOK, quorumDenied, aclAsked := 0, 0, 0, 0, 0
 	var errs, deniedReq, deniedOpt []string
 	for _, a := range p.o.Addrs {
 		so := &redis.Options{Addr: a, Username: p.o.SentinelUsername, Password: p.o.SentinelPassword, DialTimeout: p.o.Timeout,
@@ -841,7 +846,9 @@ func (p *run) checkSentinels(ctx context.Context) {
 			Dialer: tlsopt.WrapDialer(p.o.Dialer, p.o.TLSConfig), TLSConfig: p.o.TLSConfig}
 		s := redis.NewSentinelClient(so)
 		cctx, cancel := p.ctx(ctx)
-		if err := s.Ping(cctx).Err(); err != nil {
+		// A refused PING is an answer: the failover client never sends
+		// one, and the sentinel user's rule (sentinelGrant) has none.
+		if err := s.Ping(cctx).Err(); err != nil && !noperm(err) {
 			errs = append(errs, a+": "+err.Error())
 			cancel()
 			s.Close()
@@ -855,6 +862,8 @@ func (p *run) checkSentinels(ctx context.Context) {
 		}
 		if err := s.CkQuorum(cctx, p.o.MasterName).Err(); err == nil {
 			quorumOK++
+		} else if noperm(err) {
+			quorumDenied++ // preflight's own check, which the failover client does not need
 		} else {
 			errs = append(errs, a+": CKQUORUM: "+err.Error())
 		}
@@ -879,11 +888,17 @@ func (p *run) checkSentinels(ctx context.Context) {
 	p.sentinelACL(aclAsked, deniedReq, deniedOpt)
 	n := len(p.o.Addrs)
 	desc := fmt.Sprintf("%d/%d sentinels reachable, %d know %q, CKQUORUM OK on %d", reachable, n, known, p.o.MasterName, quorumOK)
+	if quorumDenied > 0 {
+		desc += fmt.Sprintf(" (not checked on %d: the sentinel user %s may not run SENTINEL CKQUORUM)", quorumDenied, p.r.SentinelUser)
+	}
 	switch {
-	case known == 0 || quorumOK == 0:
+	case known == 0 || (quorumOK == 0 && quorumDenied < reachable):
 		p.add(Check{Name: "sentinel", Status: Fail, Reason: desc + ": " + strings.Join(errs, "; "), Fix: "fix the sentinels: no failover can be authorized"})
-	case reachable < n || known < reachable || quorumOK < reachable:
+	case reachable < n || known < reachable || quorumOK+quorumDenied < reachable:
 		p.add(Check{Name: "sentinel", Status: Warn, Reason: desc + ": " + strings.Join(errs, "; "), Fix: "bring every sentinel back"})
+	case quorumDenied > 0:
+		p.add(Check{Name: "sentinel", Status: Warn, Reason: desc,
+			Fix: "to have the quorum checked, run preflight with a sentinel user that may run SENTINEL CKQUORUM (the failover client does not need it)"})
 	case n < 3:
 		p.add(Check{Name: "sentinel", Status: Warn, Reason: desc + ": fewer than 3 sentinels", Fix: "run at least 3 sentinels on separate machines"})
 	default:

@@ -624,7 +624,10 @@ func TestOldServer(t *testing.T) {
 func TestBadOptions(t *testing.T) {
 	ctx := context.Background()
 	for _, o := range []Options{{}, {Addrs: []string{"127.0.0.1:1"}, Primitives: []string{"mutex"}},
-		{Addrs: []string{"127.0.0.1:1"}, MasterName: "m", Cluster: true}} {
+		{Addrs: []string{"127.0.0.1:1"}, MasterName: "m", Cluster: true},
+		// go-redis authenticates only with a password: a sentinel user
+		// without one would silently be the sentinels' default user.
+		{Addrs: []string{"127.0.0.1:1"}, MasterName: "m", SentinelUsername: "s"}} {
 		if _, err := Run(ctx, o); !errors.Is(err, ErrUsage) {
 			t.Errorf("%+v: %v", o, err)
 		}

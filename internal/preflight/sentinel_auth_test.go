@@ -20,6 +20,7 @@ import (
 // the error says which credentials the sentinels need.
 func TestSentinelCredentials(t *testing.T) {
 	topo := testbed.Replicated(t, build(), 1, 3)
+	ctx := context.Background()
 	addrs := testbed.DataUser(t, topo, "svc", "pw") // only the data nodes know svc
 	r := runOK(t, Options{Addrs: addrs, MasterName: testbed.MasterName, Dialer: dialer(t, topo), Username: "svc", Password: "pw"})
 	if r.User != "svc" || r.SentinelUser != "default" {
@@ -52,5 +53,24 @@ func TestSentinelCredentials(t *testing.T) {
 	}
 	if c := find(t, r, "acl/sentinel"); c.Status != OK {
 		t.Errorf("acl/sentinel with the sentinels' password: %+v", c)
+	}
+
+	// A sentinel user with exactly the rule acl/sentinel recommends (no
+	// PING, no CKQUORUM: the failover client sends neither): reachable, its
+	// ACL OK, and the quorum a WARN "not checked", never a FAIL (before, a
+	// refused PING counted the sentinel unreachable: 0/3, FAIL).
+	for _, s := range topo.Sentinels() {
+		if err := s.Admin().Do(ctx, "ACL", "SETUSER", "sv", "reset", "on", ">svpw", "+sentinel|get-master-addr-by-name", "+sentinel|sentinels",
+			"+subscribe", "&+switch-master", "&+replica-reconf-done").Err(); err != nil {
+			t.Fatalf("%s: %v", s.Name, err)
+		}
+	}
+	r = runOK(t, Options{Addrs: addrs, MasterName: testbed.MasterName, Dialer: dialer(t, topo), Username: "svc", Password: "pw",
+		SentinelUsername: "sv", SentinelPassword: "svpw"})
+	if c := find(t, r, "sentinel"); c.Status != Warn || !strings.Contains(c.Reason, "3/3 sentinels reachable") || !strings.Contains(c.Reason, "not checked on 3") {
+		t.Errorf("the recommended sentinel user: %+v", c)
+	}
+	if c := find(t, r, "acl/sentinel"); c.Status != OK || !strings.Contains(c.Reason, `user "sv"`) {
+		t.Errorf("acl/sentinel for the recommended sentinel user: %+v", c)
 	}
 }
