@@ -248,14 +248,7 @@ func TestWaitingLostNotifications(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				got := make(chan error, 1)
-				go func() {
-					l, err := co.AcquireFencedLock(ctx, lease, fence, 10*time.Second)
-					if err == nil {
-						l.Release(ctx)
-					}
-					got <- err
-				}()
+				got := waitFor(ctx, co, lease, fence)
 				time.Sleep(200 * time.Millisecond)
 				switch fault {
 				case "client-kill":

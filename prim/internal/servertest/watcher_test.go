@@ -64,14 +64,7 @@ func TestWaitingTrackingReadFailureWakesAll(t *testing.T) {
 		if _, err := co.TryAcquireFencedLock(ctx, lb, fb, 30*time.Second); err != nil {
 			t.Fatal(err)
 		}
-		gotA := make(chan error, 1)
-		go func() {
-			l, err := co.AcquireFencedLock(ctx, la, fa, 10*time.Second)
-			if err == nil {
-				l.Release(ctx)
-			}
-			gotA <- err
-		}()
+		gotA := waitFor(ctx, co, la, fa)
 		// A is asleep once its tracking read has made the server track la.
 		deadline := time.Now().Add(10 * time.Second)
 		for len(trackingConns(ctx, e.admin)) == 0 {
