@@ -259,7 +259,11 @@ func writeSummary(w io.Writer, r *Run, terminal bool) error {
 			if terminal {
 				text = firstLines(text, 8)
 			}
-			fmt.Fprintf(w, "\n%s %s [%s]%s (seed %d): the run went wrong:\n  %s\n", o.Verdict, o.Scenario, o.Impl, role, o.Seed,
+			what := "the run went wrong"
+			if strings.HasPrefix(o.Error, o.Scenario+": not run: ") {
+				what = "not run" // too short for what it states against the ttl (Scenario.Needs)
+			}
+			fmt.Fprintf(w, "\n%s %s [%s]%s (seed %d): %s:\n  %s\n", o.Verdict, o.Scenario, o.Impl, role, o.Seed, what,
 				strings.ReplaceAll(text, "\n", "\n  "))
 		}
 		for _, p := range o.Results {

@@ -59,3 +59,30 @@ func TestExternalSentinelCredentials(t *testing.T) {
 		t.Errorf("through password-protected sentinels: %s on %s, %d operations (%s)", out.Verdict, out.Provider, out.Ops, out.Error)
 	}
 }
+
+// TestExternalClusterWithoutSlots: a cluster user without CLUSTER SLOTS
+// (and PING) cannot reach the deployment, and the run says so before any
+// workload: the cluster client's PING asks CLUSTER SLOTS first, and a refusal
+// of anything but PING itself is no answer (review: every NOPERM passed, and
+// the run FAILed progress on prim for a set-up error).
+func TestExternalClusterWithoutSlots(t *testing.T) {
+	topo := testbed.Cluster(t, build(), 3, 0)
+	var addrs []string
+	for _, n := range topo.Nodes() {
+		if err := n.Admin().Do(context.Background(), "ACL", "SETUSER", "noslots", "on", ">pw", "~*", "&*", "+@all", "-cluster|slots", "-ping").Err(); err != nil {
+			t.Fatal(err)
+		}
+		addrs = append(addrs, n.Addr)
+	}
+	ss, err := scenarios.Match([]string{"fenced-lock/baseline"})
+	if err != nil || len(ss) != 1 {
+		t.Fatal(ss, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ext := scenarios.External{Addrs: addrs, Cluster: true, Username: "noslots", Password: "pw", Dialer: topo.PeerDialer("")}
+	out, err := scenarios.Run(ctx, ss[0], scenarios.Config{Duration: time.Second, Seed: 1, Clients: 2, External: &ext, Logf: t.Logf})
+	if err == nil || !strings.Contains(err.Error(), "cannot reach") || !strings.Contains(err.Error(), "cluster|slots") {
+		t.Fatalf("a cluster user without CLUSTER SLOTS: %v (outcome %+v), want cannot reach, naming cluster|slots", err, out)
+	}
+}

@@ -793,8 +793,10 @@ func externalClient(ctx context.Context, ext *External, hardened bool) (redis.Un
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	// A refused PING (a user without +ping, which prim does without) is an
-	// answer: the deployment is reached.
-	if err := c.Ping(pctx).Err(); err != nil && !strings.HasPrefix(err.Error(), "NOPERM") {
+	// answer: the deployment is reached. Any other refusal is not (a cluster
+	// client's PING first asks CLUSTER SLOTS, without which every command
+	// fails: review).
+	if err := c.Ping(pctx).Err(); err != nil && !tlsopt.PingRefused(err) {
 		c.Close()
 		hint := ""
 		if msg := err.Error(); ext.MasterName != "" && strings.Contains(msg, "sentinels") &&

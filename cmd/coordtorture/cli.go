@@ -645,7 +645,10 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprint(stdout, "\r\033[K")
 		}
 		done := reports.CountCompleted(o).String()
-		if o.Error != "" {
+		switch {
+		case strings.HasPrefix(o.Error, o.Scenario+": not run: "):
+			done = "not run: see below" // too short for what it states against the ttl
+		case o.Error != "":
 			done = "the run went wrong: see below"
 		}
 		fmt.Fprintf(stdout, "%s %s (%s)\n", label, o.Verdict, done)

@@ -288,8 +288,9 @@ func (p *run) connect(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(ctx, 2*p.o.Timeout+time.Second)
 	defer cancel()
 	// A refused PING (a user without +ping, which prim's waiting does
-	// without) is an answer: the deployment is reached.
-	if err := p.client.Ping(cctx).Err(); err != nil && !noperm(err) {
+	// without) is an answer: the deployment is reached. Any other refusal is
+	// not (a cluster client's PING first asks CLUSTER SLOTS: review).
+	if err := p.client.Ping(cctx).Err(); err != nil && !tlsopt.PingRefused(err) {
 		p.client.Close()
 		return fmt.Errorf("%w %s: %v%s", ErrConnect, p.r.Target, err, p.authHint(err))
 	}
@@ -848,7 +849,7 @@ func (p *run) checkSentinels(ctx context.Context) {
 		cctx, cancel := p.ctx(ctx)
 		// A refused PING is an answer: the failover client never sends
 		// one, and the sentinel user's rule (sentinelGrant) has none.
-		if err := s.Ping(cctx).Err(); err != nil && !noperm(err) {
+		if err := s.Ping(cctx).Err(); err != nil && !tlsopt.PingRefused(err) {
 			errs = append(errs, a+": "+err.Error())
 			cancel()
 			s.Close()

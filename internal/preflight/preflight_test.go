@@ -497,6 +497,18 @@ func TestCluster(t *testing.T) {
 		}
 	}
 	ctx := context.Background()
+	// A user without CLUSTER SLOTS (and PING): the cluster client's PING
+	// asks CLUSTER SLOTS first, and without it every command fails: the
+	// deployment is not reached (a refused PING alone would be an answer).
+	for _, n := range topo.Nodes() {
+		if err := n.Admin().Do(ctx, "ACL", "SETUSER", "noslots", "on", ">pw", "~*", "&*", "+@all", "-cluster|slots", "-ping").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := Run(ctx, Options{Addrs: addrs, Dialer: dialer(t, topo), Username: "noslots", Password: "pw", Timeout: time.Second}); !errors.Is(err, ErrConnect) ||
+		!strings.Contains(err.Error(), "cluster|slots") {
+		t.Errorf("a cluster user without CLUSTER SLOTS: %v, want ErrConnect naming cluster|slots", err)
+	}
 	// Each node keeps its own ACL: a user without CLIENT KILL on one node
 	// only is a FAIL naming that node, checked on every primary, by DRYRUN
 	// and by queueing in MULTI (a user that may not run ACL DRYRUN).

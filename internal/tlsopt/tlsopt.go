@@ -363,3 +363,15 @@ func WrapDialer(dial Dialer, cfg *tls.Config) Dialer {
 		return tc, nil
 	}
 }
+
+// PingRefused reports whether err is the server refusing PING itself for
+// the user's ACL (NOPERM naming the ping command): an answer, so the server
+// is reached. Any other error, another command's refusal included (a cluster
+// client's PING first sends CLUSTER SLOTS), is not.
+func PingRefused(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := err.Error()
+	return strings.HasPrefix(msg, "NOPERM") && strings.Contains(strings.ToLower(msg), "'ping'")
+}

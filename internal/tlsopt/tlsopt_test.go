@@ -110,3 +110,22 @@ func TestConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestPingRefused: only the server refusing PING itself is an answer; a
+// refusal of another command (a cluster client's CLUSTER SLOTS) is not.
+func TestPingRefused(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{errors.New("NOPERM User svc has no permissions to run the 'ping' command"), true},
+		{errors.New("NOPERM User svc has no permissions to run the 'cluster|slots' command"), false},
+		{errors.New("NOAUTH Authentication required."), false},
+		{errors.New("dial tcp 127.0.0.1:1: connect: connection refused"), false},
+	} {
+		if got := tlsopt.PingRefused(c.err); got != c.want {
+			t.Errorf("PingRefused(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}

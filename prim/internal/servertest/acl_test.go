@@ -473,8 +473,9 @@ func TestLeastPrivilegeWaitingWithoutPing(t *testing.T) {
 		// Asleep on invalidations, the waiter sends nothing while the lock is
 		// held; re-checking on a timer, about 20 attempts a second; woken by
 		// a tracking connection dropped at every refused keep-alive, one a
-		// second (3 in the window: review). One stray re-check is allowed.
-		if attempts > 1 {
+		// second (3 in the window: review). Two stray re-checks are allowed
+		// (a keep-alive that times out on a loaded machine wakes them).
+		if attempts > 2 {
 			t.Errorf("the waiter sent %d commands in %v while the lock was held: it did not sleep on invalidations", attempts, window)
 		}
 		if n := logs.count(slog.LevelWarn, "subscription refused"); n != 0 {
