@@ -304,14 +304,7 @@ func TestWaitingFlushAndCancel(t *testing.T) {
 			t.Fatalf("cancelled waiter: %v", err)
 		}
 		// FLUSHDB (a null invalidation) wakes the waiter, which then acquires.
-		got := make(chan error, 1)
-		go func() {
-			l, err := co.AcquireFencedLock(ctx, lease, fence, 10*time.Second)
-			if err == nil {
-				l.Release(ctx)
-			}
-			got <- err
-		}()
+		got := waitFor(ctx, co, lease, fence)
 		time.Sleep(200 * time.Millisecond)
 		// Only this test's keys go: the other builds' servers are separate, and
 		// FLUSHDB with this test's keys alone in flight is what matters here.

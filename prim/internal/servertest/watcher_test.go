@@ -215,14 +215,7 @@ func TestWaitingSubscribeRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 		before := rejectedSubscribes(ctx, e.admin)
-		got := make(chan error, 1)
-		go func() {
-			l, err := co.AcquireFencedLock(ctx, lease, fence, 10*time.Second)
-			if err == nil {
-				l.Release(ctx)
-			}
-			got <- err
-		}()
+		got := waitFor(ctx, co, lease, fence)
 		const window = 4 * time.Second
 		time.Sleep(window)
 		refused := rejectedSubscribes(ctx, e.admin) - before
