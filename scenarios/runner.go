@@ -242,16 +242,21 @@ type EventLog struct {
 
 // Outcome is the result of one scenario run.
 type Outcome struct {
-	Scenario string           `json:"scenario"`
-	Build    string           `json:"build"`
-	Impl     string           `json:"impl"`
-	Seed     int64            `json:"seed"`
-	Clients  int              `json:"clients"`
-	Duration time.Duration    `json:"duration_ns"`
-	Verdict  Verdict          `json:"verdict"`
-	Results  []PropertyResult `json:"properties"`
-	Events   []EventLog       `json:"events"`
-	Ops      int              `json:"ops"`
+	Scenario string        `json:"scenario"`
+	Build    string        `json:"build"`
+	Impl     string        `json:"impl"`
+	Seed     int64         `json:"seed"`
+	Clients  int           `json:"clients"`
+	Duration time.Duration `json:"duration_ns"`
+	// TTL is the run's lease duration (--ttl): with the seed and the
+	// duration it fixes the schedule of a scenario whose faults are stated
+	// against the lease, so a replay uses it. Zero in reports written before
+	// it was recorded.
+	TTL     time.Duration    `json:"ttl_ns,omitempty"`
+	Verdict Verdict          `json:"verdict"`
+	Results []PropertyResult `json:"properties"`
+	Events  []EventLog       `json:"events"`
+	Ops     int              `json:"ops"`
 	// Uncertain counts the operations of unknown outcome and how many of
 	// them the run's own state shows really happened.
 	Uncertain models.Uncertainty `json:"uncertain"`
@@ -645,7 +650,7 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	}
 
 	out := &Outcome{Scenario: s.Name, Build: buildName, Impl: impl.Name(), Seed: cfg.Seed,
-		Clients: cfg.Clients, Duration: cfg.Duration, Events: log, Records: env.Rec.Records(),
+		Clients: cfg.Clients, Duration: cfg.Duration, TTL: cfg.TTL, Events: log, Records: env.Rec.Records(),
 		Provider: provider, Target: target, Transport: transport, Counters: counters}
 	h := env.Rec.History()
 	out.Ops = len(h.Ops)
@@ -749,7 +754,7 @@ func notRun(s *Scenario, cfg Config, impl, why string) *Outcome {
 		provider = "docker"
 	}
 	return &Outcome{Scenario: s.Name, Build: b, Impl: impl, Seed: cfg.Seed, Clients: cfg.Clients, Duration: cfg.Duration,
-		Verdict: Unknown, Provider: provider, Error: fmt.Sprintf("%s: not run: %s", s.Name, why)}
+		TTL: cfg.TTL, Verdict: Unknown, Provider: provider, Error: fmt.Sprintf("%s: not run: %s", s.Name, why)}
 }
 
 func startTopology(ctx context.Context, t Topology, cfg Config) (*testbed.Topology, error) {

@@ -90,14 +90,15 @@ Flags:
 
 const replayUsage = `Usage: coordtorture replay [flags] DIR
 
-Re-runs, from their seeds, durations and client counts, the scenarios of the run
+Re-runs, from their seeds, durations, client counts and leases (--ttl), the scenarios of the run
 in DIR (its report.json) that set that run's verdict to FAIL or UNKNOWN: prim's
 when prim ran beside peers or mutants, which are shown for comparison and are
 skipped unless --all is given. It prints each seed it replays. Nothing to
 replay exits 0, unless the run was interrupted: the scenarios it did not reach
 are not replayed (run its command again), and with nothing else to replay the
-exit status is the interrupted run's, 2. report.json does not record --ttl and
---hardened-client: give them again if the run had them.
+exit status is the interrupted run's, 2. --ttl given here overrides the run's
+lease (reports written before it was recorded have none: give it again);
+report.json does not record --hardened-client: give it again if the run had it.
 
 ` + exitText + `
 Flags:
@@ -421,8 +422,11 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 		impl     string
 		duration time.Duration
 		clients  int
+		ttl      time.Duration
 	}
 	var jobs []job
+	ttlGiven := false // --ttl on the command line: a replay uses it over the run's
+	fs.Visit(func(fl *flag.Flag) { ttlGiven = ttlGiven || fl.Name == "ttl" })
 	// A replay keeps the rule of the run it replays: what was a comparison
 	// there (the peers and mutants beside prim) is one in the replay.
 	var decidedBy []string
@@ -467,7 +471,11 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 				fmt.Fprintf(stderr, "coordtorture: %s ran on an external deployment (%s); replay it with --provider external --addr …\n", o.Scenario, o.Target)
 				return 2
 			}
-			jobs = append(jobs, job{ss[0], o.Build, o.Seed, o.Impl, o.Duration, o.Clients})
+			ttl := f.ttl
+			if o.TTL > 0 && !ttlGiven {
+				ttl = o.TTL // the run's own lease: its schedule depends on it
+			}
+			jobs = append(jobs, job{ss[0], o.Build, o.Seed, o.Impl, o.Duration, o.Clients, ttl})
 		}
 		if prev.Interrupted {
 			// Its command again is what covers the scenarios it did not
@@ -558,10 +566,10 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 						if b != builds[0] {
 							continue
 						}
-						jobs = append(jobs, job{s, s.Topo.Build, seed, impl, f.duration, f.clients})
+						jobs = append(jobs, job{s, s.Topo.Build, seed, impl, f.duration, f.clients, f.ttl})
 						continue
 					}
-					jobs = append(jobs, job{s, b, seed, impl, f.duration, f.clients})
+					jobs = append(jobs, job{s, b, seed, impl, f.duration, f.clients, f.ttl})
 				}
 			}
 		}
@@ -614,7 +622,7 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 		seedText = "each run's own seed"
 	}
 	if cmd == "replay" {
-		fmt.Fprintf(stdout, "coordtorture: replaying %s, each with its own seed, duration and clients → %s\n", plural(len(jobs), "scenario run"), out)
+		fmt.Fprintf(stdout, "coordtorture: replaying %s, each with its own seed, duration, clients and ttl → %s\n", plural(len(jobs), "scenario run"), out)
 	} else {
 		fmt.Fprintf(stdout, "coordtorture: %s, %v each, %d clients, %s → %s\n", plural(len(jobs), "scenario run"), f.duration, f.clients, seedText, out)
 	}
@@ -635,11 +643,11 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stdout, "%s starting\n", label)
 		}
 		o, err := scenarios.Run(ctx, j.s, scenarios.Config{Build: j.build, Duration: j.duration, Clients: j.clients,
-			Seed: j.seed, Impl: j.impl, TTL: f.ttl, Hardened: f.hardened, Progress: progress, External: ext, Docker: dock,
+			Seed: j.seed, Impl: j.impl, TTL: j.ttl, Hardened: f.hardened, Progress: progress, External: ext, Docker: dock,
 			Logger: logger.With("scenario", j.s.Name, "impl", j.impl, "server", j.build)})
 		if err != nil {
 			o = &scenarios.Outcome{Scenario: j.s.Name, Build: j.build, Impl: j.impl, Seed: j.seed, Clients: j.clients,
-				Duration: j.duration, Verdict: scenarios.Unknown, Error: err.Error()}
+				Duration: j.duration, TTL: j.ttl, Verdict: scenarios.Unknown, Error: err.Error()}
 		}
 		if tty {
 			fmt.Fprint(stdout, "\r\033[K")

@@ -200,6 +200,40 @@ func TestReplayPrimOnly(t *testing.T) {
 	}
 }
 
+// TestReplayKeepsTTL: a replay runs each scenario at the lease duration of
+// the run it replays (report.json's ttl_ns), unless --ttl is given: the
+// schedule of a scenario stated against the lease depends on it. Here the
+// replayed run was refused (2s is too short for redlock/node-loss at a 1s
+// lease) and its replay is refused again for the same reason, starting
+// nothing; at the default 500ms it would have run.
+func TestReplayKeepsTTL(t *testing.T) {
+	dir := t.TempDir()
+	prev := `{"outcomes":[{"scenario":"redlock/node-loss","build":"` + build() + `","impl":"prim","seed":7,"clients":2,` +
+		`"duration_ns":2000000000,"ttl_ns":1000000000,"verdict":"UNKNOWN","properties":null,"events":null,"ops":0,"uncertain":{},"provider":"local"}]}`
+	if err := os.WriteFile(filepath.Join(dir, "report.json"), []byte(prev), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	again := filepath.Join(dir, "again")
+	code := run([]string{"replay", "--out", again, dir}, &out, &errb)
+	b, err := os.ReadFile(filepath.Join(again, "report.json"))
+	if err != nil {
+		t.Fatalf("replay: exit %d, %v\n%s\n%s", code, err, out.String(), errb.String())
+	}
+	var rep struct {
+		Outcomes []struct {
+			TTL   time.Duration `json:"ttl_ns"`
+			Error string        `json:"error"`
+		} `json:"outcomes"`
+	}
+	if err := json.Unmarshal(b, &rep); err != nil || len(rep.Outcomes) != 1 {
+		t.Fatalf("report.json of the replay: %v %s", err, b)
+	}
+	if o := rep.Outcomes[0]; o.TTL != time.Second || !strings.Contains(o.Error, "not run") || !strings.Contains(o.Error, "--ttl 1s") {
+		t.Fatalf("replay: exit %d, ttl %v, error %q: want the run's 1s lease, refused again\n%s", code, o.TTL, o.Error, out.String())
+	}
+}
+
 // TestMutantsThroughCLI: each deliberately broken implementation, run by the
 // command a user types, ends in FAIL (exit 1) with the evidence in the summary.
 func TestMutantsThroughCLI(t *testing.T) {
