@@ -562,8 +562,11 @@ func (t *Topology) ClusterFailover(ctx context.Context, replica, mode string) er
 		old.mu.Unlock()
 		// The old primary learns of its demotion by gossip; when it is reachable (not
 		// paused, killed or partitioned), wait for that so no caller sees two primaries for one shard.
+		// The bound is generous: on a loaded machine a container (the docker
+		// provider beside other topologies) has gone seconds without
+		// answering ROLE (CI: 9s were not enough); a healthy one turns at once.
 		if old.Running() && !old.isPaused() && !t.sb.touchesCut(old.Name) {
-			if err := waitFor(ctx, 2*t.cfg.nodeTimeout+5*time.Second, old.Name+" to turn replica", func(ctx context.Context) (bool, error) {
+			if err := waitFor(ctx, 2*t.cfg.nodeTimeout+20*time.Second, old.Name+" to turn replica", func(ctx context.Context) (bool, error) {
 				role, err := old.admin.Do(ctx, "ROLE").Slice()
 				if err != nil || len(role) == 0 {
 					return false, err
