@@ -156,6 +156,13 @@ func (w *watcher) run(ctx context.Context) {
 	go w.keepAliveLoop(ctx)
 	backoff := 50 * time.Millisecond
 	refusedBackoff := 50 * time.Millisecond // grows until a subscription is confirmed
+	// refused says the server's refusal and waits, longer each time, before
+	// the next try; waiters re-check on a timer meanwhile.
+	refused := func(err error) {
+		w.refuse(ctx, err)
+		sleepCtx(ctx, refusedBackoff)
+		refusedBackoff = min(2*refusedBackoff, maxRefusedBackoff)
+	}
 	for ctx.Err() == nil {
 		if err := w.pubsub.Subscribe(ctx, "__redis__:invalidate"); err != nil {
 			var re redis.Error
@@ -163,9 +170,7 @@ func (w *watcher) run(ctx context.Context) {
 				// The server refused the connection's set-up (NOPERM on
 				// CLIENT ID: a user without prim.ACLWaiting): as a refused
 				// SUBSCRIBE, waiters re-check on a timer, and it is said.
-				w.refuse(ctx, err)
-				sleepCtx(ctx, refusedBackoff)
-				refusedBackoff = min(2*refusedBackoff, maxRefusedBackoff)
+				refused(err)
 				continue
 			}
 			w.c.logger.Debug("prim: invalidation subscription failed; retrying", "node", w.addr, "err", err)
@@ -200,9 +205,7 @@ func (w *watcher) run(ctx context.Context) {
 					// channel permission, Redis 7's default for new users). It
 					// will go on refusing: back off, and let waiters re-check on
 					// a timer meanwhile.
-					w.refuse(ctx, err)
-					sleepCtx(ctx, refusedBackoff)
-					refusedBackoff = min(2*refusedBackoff, maxRefusedBackoff)
+					refused(err)
 					break
 				}
 				if !strings.Contains(err.Error(), "unsupported pubsub message payload") {
