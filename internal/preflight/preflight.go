@@ -856,10 +856,11 @@ func (p *run) checkSentinels(ctx context.Context) {
 			continue
 		}
 		reachable++
-		if _, err := s.GetMasterAddrByName(cctx, p.o.MasterName).Result(); err == nil {
+		masterErr := s.GetMasterAddrByName(cctx, p.o.MasterName).Err()
+		if masterErr == nil {
 			known++
 		} else {
-			errs = append(errs, a+": master unknown: "+err.Error())
+			errs = append(errs, a+": master unknown: "+masterErr.Error())
 		}
 		if err := s.CkQuorum(cctx, p.o.MasterName).Err(); err == nil {
 			quorumOK++
@@ -871,7 +872,7 @@ func (p *run) checkSentinels(ctx context.Context) {
 		// What go-redis's failover client asks a sentinel, as this user:
 		// the primary's address, the other sentinels, and the failover
 		// announcements (a Pub/Sub subscription, then closed).
-		if err := s.GetMasterAddrByName(cctx, p.o.MasterName).Err(); noperm(err) {
+		if noperm(masterErr) {
 			deniedReq = append(deniedReq, a+": SENTINEL GET-MASTER-ADDR-BY-NAME")
 		}
 		if err := s.Sentinels(cctx, p.o.MasterName).Err(); noperm(err) {
