@@ -260,7 +260,7 @@ func writeSummary(w io.Writer, r *Run, terminal bool) error {
 				text = firstLines(text, 8)
 			}
 			what := "the run went wrong"
-			if strings.HasPrefix(o.Error, o.Scenario+": not run: ") {
+			if o.NotRun() {
 				what = "not run" // too short for what it states against the ttl (Scenario.Needs)
 			}
 			fmt.Fprintf(w, "\n%s %s [%s]%s (seed %d): %s:\n  %s\n", o.Verdict, o.Scenario, o.Impl, role, o.Seed, what,

@@ -743,6 +743,13 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	return out, nil
 }
 
+// NotRun reports whether the run started nothing: too short for what its
+// scenario states against the ttl (Scenario.Needs); Error says why.
+func (o *Outcome) NotRun() bool { return strings.HasPrefix(o.Error, o.Scenario+notRunSep) }
+
+// notRunSep follows the scenario's name in a not-run outcome's error.
+const notRunSep = ": not run: "
+
 // notRun is the outcome of a run that started nothing because of why:
 // UNKNOWN, with why as its error (no properties, no history).
 func notRun(s *Scenario, cfg Config, impl, why string) *Outcome {
@@ -754,7 +761,7 @@ func notRun(s *Scenario, cfg Config, impl, why string) *Outcome {
 		provider = "docker"
 	}
 	return &Outcome{Scenario: s.Name, Build: b, Impl: impl, Seed: cfg.Seed, Clients: cfg.Clients, Duration: cfg.Duration,
-		TTL: cfg.TTL, Verdict: Unknown, Provider: provider, Error: fmt.Sprintf("%s: not run: %s", s.Name, why)}
+		TTL: cfg.TTL, Verdict: Unknown, Provider: provider, Error: s.Name + notRunSep + why}
 }
 
 func startTopology(ctx context.Context, t Topology, cfg Config) (*testbed.Topology, error) {

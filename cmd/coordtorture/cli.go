@@ -654,7 +654,7 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 		}
 		done := reports.CountCompleted(o).String()
 		switch {
-		case strings.HasPrefix(o.Error, o.Scenario+": not run: "):
+		case o.NotRun():
 			done = "not run: see below" // too short for what it states against the ttl
 		case o.Error != "":
 			done = "the run went wrong: see below"
