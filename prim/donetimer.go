@@ -7,8 +7,10 @@ import (
 
 // doneTimer is the Done channel of a held lease (a handle, a Redlock lease):
 // closed at the lease's local deadline, or when the lease ends earlier
-// (released, lost, uncertain). A renewal moves the deadline; the timer, when
-// it fires early, re-arms itself for the rest. Its fields are guarded by the
+// (released, lost, uncertain). A renewal moves the deadline, either way: a
+// longer one is caught when the timer fires early (it re-arms itself for the
+// rest), a shorter one is applied at once (movedLocked), so Done never stays
+// open past the local estimate of the lease's end. Its fields are guarded by the
 // owner's mutex, which the owner passes with the deadline it guards.
 type doneTimer struct {
 	done  chan struct{}
@@ -36,6 +38,18 @@ func (d *doneTimer) armLocked(mu *sync.Mutex, at *time.Time) {
 		}
 		d.endLocked()
 	})
+}
+
+// movedLocked follows a change of the deadline *at (the owner's mutex held):
+// an armed timer is set to fire at the new deadline, earlier or later than
+// the one it was armed for. Without it a renewal for less than what was left
+// (a permit without expiry renewed with a ttl, a 20 s lease renewed for
+// 400 ms) left Done open until the old deadline while the key was gone.
+func (d *doneTimer) movedLocked(at *time.Time) {
+	if d.ended || d.timer == nil {
+		return
+	}
+	d.timer.Reset(max(0, time.Until(*at)))
 }
 
 // endLocked closes done (once) and stops the timer; the owner's mutex held.

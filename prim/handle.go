@@ -330,6 +330,7 @@ func (h *handle) Renew(ctx context.Context, ttl time.Duration) (bool, error) {
 	}
 	h.mu.Lock()
 	h.deadline = r.sent.Add(ttl)
+	h.movedLocked(&h.deadline)
 	h.mu.Unlock()
 	h.c.m.add(ctx, h.c.m.renew, h.kind, "renewed")
 	return true, nil

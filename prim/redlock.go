@@ -731,6 +731,7 @@ func (l *RedlockLease) Renew(ctx context.Context, ttl time.Duration) (bool, erro
 	if t.confirmed >= g.quorum && validity > 0 {
 		l.mu.Lock()
 		l.deadline = start.Add(ttl - drift)
+		l.movedLocked(&l.deadline)
 		l.mu.Unlock()
 		g.m.add(ctx, g.m.renew, "redlock", "renewed")
 		return true, nil

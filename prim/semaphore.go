@@ -315,6 +315,7 @@ func (p *Permit) Renew(ctx context.Context, ttl time.Duration) (bool, error) {
 			}
 			p.mu.Lock()
 			p.deadline, p.noExpiry = deadlineFor(r.sent, ttl), ttl == NoExpiry
+			p.movedLocked(&p.deadline)
 			p.mu.Unlock()
 			p.c.m.add(ctx, p.c.m.renew, p.kind, "renewed")
 			return true, nil
