@@ -81,6 +81,9 @@ func (c *Coordinator) TryAcquireFencedLock(ctx context.Context, leaseKey, counte
 // acquisition still in flight then is ErrUncertain, and if it turns out to have
 // acquired, the lease is released owner-checked in the background.
 func (c *Coordinator) tryFenced(ctx context.Context, lk, ck string, ttl time.Duration) (*FencedLock, time.Duration, error) {
+	if err := notSent(ctx, "acquiring "+strconv.Quote(lk)); err != nil {
+		return nil, 0, err
+	}
 	owner := newOwnerToken()
 	args := []any{owner, ttl.Milliseconds()}
 	sent := time.Now()

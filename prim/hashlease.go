@@ -135,6 +135,9 @@ func (c *Coordinator) tryLease(ctx context.Context, hk, field string, ttl time.D
 	// fallback to take meanwhile, and a Sentinel client's record is the
 	// client's, not the node's: a failover to a server that has it must not be
 	// refused for five minutes.
+	if err := notSent(ctx, "acquiring lease "+strconv.Quote(hk)+"/"+strconv.Quote(field)); err != nil {
+		return nil, 0, err
+	}
 	node := c.nodeName(ctx, hk)
 	owner := any(newOwnerToken())
 	l := &Lease{field: field}

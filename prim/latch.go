@@ -106,6 +106,9 @@ func (c *Coordinator) setLatch(ctx context.Context, key string, count int64, mod
 		return nil, invalid(ErrInvalidCount, strconv.FormatInt(count, 10))
 	}
 	l := &CountdownLatch{c: c, key: c.key(key), gen: newOwnerToken()}
+	if err := notSent(ctx, mode+" latch "+strconv.Quote(l.key)); err != nil {
+		return nil, err
+	}
 	// Sent once, never resent: a resend after a lost reply recognises only
 	// its own generation, so if another reset replaced it meanwhile the
 	// resend would write this older generation over the newer one. A lost
@@ -206,6 +209,9 @@ func readLatch(ctx context.Context, p redis.Cmdable, key string) latchState {
 // if ctx ends or the reply is lost first, the error matches ErrUncertain: the
 // signal may have been counted.
 func (l *CountdownLatch) CountDown(ctx context.Context) (int64, error) {
+	if err := notSent(ctx, "counting down latch "+strconv.Quote(l.key)); err != nil {
+		return 0, err
+	}
 	r, cerr := bounded(ctx, func(ctx context.Context) int64Result {
 		n, err := evalScript(ctx, l.c.client, scriptLatchCountDown, false, []string{l.key}, l.gen).Int64()
 		return int64Result{n, err}

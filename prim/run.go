@@ -119,6 +119,17 @@ func boundedOn[T any](bg *cleanups, ctx context.Context, f func(context.Context)
 	}
 }
 
+// notSent is the error of a call whose context ended before it sent
+// anything (nil while ctx is live): the context's error, never ErrUncertain,
+// since nothing was written (issue 31: a cancelled call counted as an
+// uncertain outcome, logged a Warn and started a clean-up for nothing).
+func notSent(ctx context.Context, what string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("prim: %s: nothing sent: %w", what, err)
+	}
+	return nil
+}
+
 // cleanups counts the background clean-ups in progress of a Coordinator and
 // the views made from it (WaitCleanups). A nil *cleanups counts nothing.
 type cleanups struct {

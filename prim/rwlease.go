@@ -3,6 +3,7 @@ package prim
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -110,6 +111,9 @@ func (c *Coordinator) tryRW(ctx context.Context, key string, ttl time.Duration, 
 		return nil, err
 	}
 	k := c.key(key)
+	if err := notSent(ctx, "acquiring read-write lease "+strconv.Quote(k)); err != nil {
+		return nil, err
+	}
 	mode, kind := rwReadMarker, "rw-read"
 	if write {
 		mode, kind = rwWriteMarker, "rw-write"

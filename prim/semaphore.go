@@ -149,6 +149,9 @@ func (s *Semaphore) TryAcquire(ctx context.Context, ttl time.Duration) (*Permit,
 	if err := validSemTTL(ttl); err != nil {
 		return nil, err
 	}
+	if err := notSent(ctx, "acquiring a permit of "+strconv.Quote(s.key)); err != nil {
+		return nil, err
+	}
 	c := s.c
 	p := &Permit{noExpiry: ttl == NoExpiry}
 	sent := time.Now()
