@@ -300,6 +300,20 @@ func (g *RedlockGroup) DriftAllowance(ttl time.Duration) time.Duration {
 	return time.Duration(float64(ttl)*g.drift) + RedlockDriftFixed
 }
 
+// validRedlockTTL refuses, before anything is sent, a ttl that is not a
+// valid lease duration or that the drift allowance consumes whole: such a
+// lease could never keep any validity, so every attempt would be written to
+// the nodes only to be released again.
+func (g *RedlockGroup) validRedlockTTL(ttl time.Duration) error {
+	if err := validTTL(ttl); err != nil {
+		return err
+	}
+	if d := g.DriftAllowance(ttl); ttl <= d {
+		return invalid(ErrInvalidTTL, fmt.Sprintf("a Redlock lease of %v is all drift allowance (%v): it would never be valid", ttl, d))
+	}
+	return nil
+}
+
 // nodeOutcome is what one node answered.
 type nodeOutcome int
 
@@ -455,7 +469,7 @@ func (g *RedlockGroup) TryAcquire(ctx context.Context, key string, ttl time.Dura
 	if key == "" {
 		return nil, invalid(ErrEmptyKey, "redlock key must be non-empty")
 	}
-	if err := validTTL(ttl); err != nil {
+	if err := g.validRedlockTTL(ttl); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -682,7 +696,7 @@ func (l *RedlockLease) Context(parent context.Context) (context.Context, context
 // ends while another Renew or Release of the lease is in flight returns its
 // error and changes nothing.
 func (l *RedlockLease) Renew(ctx context.Context, ttl time.Duration) (bool, error) {
-	if err := validTTL(ttl); err != nil {
+	if err := l.g.validRedlockTTL(ttl); err != nil {
 		return false, err
 	}
 	if err := ctx.Err(); err != nil {
