@@ -27,7 +27,9 @@ import (
 // resends itself, following the client's policy (MaxRetries, back-off), so
 // it knows whether an attempt went without a reply: a resend after a lost
 // reply can only consume twice (fewer grants than the limit allows, never
-// more), and if no attempt gets a reply the error matches ErrUncertain. INCREX
+// more), and if no attempt gets a reply, or a resend after a lost reply is
+// denied (the lost attempt may have been granted), the error matches
+// ErrUncertain. INCREX
 // is never resent: a lost reply is ErrUncertain.
 
 var (
@@ -106,7 +108,16 @@ func (l *Limiter) decideOnce(ctx context.Context, n int64) (Decision, error) {
 	if r.err != nil {
 		return Decision{}, fmt.Errorf("prim: rate limiter %q: %w", l.key, serverError(r.err))
 	}
-	return l.parseDecision(r.v)
+	d, err := l.parseDecision(r.v)
+	if err == nil && !d.Allowed && r.written {
+		// An earlier attempt got no reply and may have been granted (and
+		// taken the permits this resend was denied for): "denied, retry
+		// after" would be a wrong answer. A resend that is granted stands
+		// (consumed twice for one grant: never over-admission).
+		l.c.m.add(ctx, l.c.m.uncertain, "rate-limiter", string(l.algo))
+		return Decision{}, fmt.Errorf("%w: rate limiter %q: a reply was lost and the resend was denied: the lost attempt may have been granted", ErrUncertain, l.key)
+	}
+	return d, err
 }
 
 // parseDecision reads a script's reply: {1|0, remaining, retry ms, reset ms},

@@ -724,6 +724,23 @@ func TestRateLimitUncertain(t *testing.T) {
 			}
 			remaining(l, 3) // one grant, two permits consumed
 		})
+
+		// The lost attempt took the only permit, so the resend is denied:
+		// the request may have been granted, and a definite "denied, retry
+		// after" would be a wrong answer (issue 31, item 5b).
+		t.Run("reply lost and resend denied", func(t *testing.T) {
+			l := mustLimiter(t, k, f, e.k(k.name+":denied"), 1, time.Minute)
+			before := cmdCalls(ctx, e.admin, "evalsha", "eval")
+			loseOneReply(t, cut, link)
+			d, err := l.Allow(ctx, 1)
+			if runs := cmdCalls(ctx, e.admin, "evalsha", "eval") - before; runs < 2 {
+				t.Fatalf("the server ran the script %d times: nothing was resent, the test proves nothing", runs)
+			}
+			if !errors.Is(err, prim.ErrUncertain) || d.Allowed || d.HasRetryAfter {
+				t.Fatalf("resend denied after a lost reply: %+v, %v; want ErrUncertain (the lost attempt may have granted)", d, err)
+			}
+			remaining(l, 0)
+		})
 	})
 }
 
