@@ -13,6 +13,7 @@ import (
 var (
 	scriptLatchSet       = loadScript("latch_set.lua")
 	scriptLatchCountDown = loadScript("latch_count_down.lua")
+	scriptLatchRead      = loadScript("latch_read.lua")
 )
 
 // ErrNotFound is returned when the state an operation needs does not exist:
@@ -158,7 +159,7 @@ func (c *Coordinator) JoinCountdownLatch(ctx context.Context, key string) (*Coun
 	}
 	k := c.key(key)
 	st, err := bounded(ctx, func(ctx context.Context) latchState {
-		return readLatch(ctx, c.client, k)
+		return readLatchPrimary(ctx, c.client, k)
 	}, nil)
 	if err == nil {
 		err = st.err
@@ -181,12 +182,40 @@ type latchState struct {
 }
 
 // readLatch reads the generation and count (HMGET: a read that makes the
-// server track the key when sent on a tracking connection).
+// server track the key when sent on a tracking connection, which is a
+// dedicated connection to the key's primary).
 func readLatch(ctx context.Context, p redis.Cmdable, key string) latchState {
 	v, err := p.HMGet(ctx, key, "gen", "count").Result()
 	if err != nil {
 		return latchState{err: err}
 	}
+	return parseLatch(key, v)
+}
+
+// readLatchPrimary reads the generation and count through the caller's
+// client on the key's primary: a script, which no read routing sends to a
+// replica (Cluster ReadOnly, RouteByLatency, RouteRandomly). A plain HMGET
+// there read a lagging replica: Join returned a replaced generation or
+// ErrNotFound for a latch just created, Count -1 and Wait false for the
+// current generation. A read is safe to resend.
+func readLatchPrimary(ctx context.Context, p processor, key string) latchState {
+	v, err := evalScript(ctx, p, scriptLatchRead, true, []string{key}).Slice()
+	if err != nil {
+		return latchState{err: err}
+	}
+	if len(v) != 2 {
+		return latchState{err: fmt.Errorf("prim: latch %q: unexpected read reply %v", key, v)}
+	}
+	for i := range v {
+		if b, ok := v[i].(bool); ok && !b {
+			v[i] = nil // a missing field (Lua false)
+		}
+	}
+	return parseLatch(key, v)
+}
+
+// parseLatch reads HMGET gen count's reply.
+func parseLatch(key string, v []any) latchState {
 	var st latchState
 	st.gen, _ = v[0].(string)
 	if st.gen == "" {
@@ -242,7 +271,7 @@ func (l *CountdownLatch) CountDown(ctx context.Context) (int64, error) {
 // ErrLatchState.
 func (l *CountdownLatch) Count(ctx context.Context) (int64, error) {
 	st, err := bounded(ctx, func(ctx context.Context) latchState {
-		return readLatch(ctx, l.c.client, l.key)
+		return readLatchPrimary(ctx, l.c.client, l.key)
 	}, nil)
 	if err == nil {
 		err = st.err
@@ -335,7 +364,7 @@ func (l *CountdownLatch) Wait(ctx context.Context) (bool, error) {
 		}
 		if !tracked {
 			st, werr = bounded(ctx, func(ctx context.Context) latchState {
-				return readLatch(ctx, c.client, l.key)
+				return readLatchPrimary(ctx, c.client, l.key)
 			}, nil)
 			if werr == nil {
 				werr = st.err
