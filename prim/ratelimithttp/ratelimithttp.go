@@ -85,7 +85,10 @@ type config struct {
 
 // WithWait makes a refused request wait in its limiter's queue (prim's Wait)
 // instead of being refused at once: it is admitted when the limiter grants it,
-// and gets 429 when the queue is full or the wait ends first. The wait is
+// and gets 429 when the queue is full or the wait ends first while it queues
+// or sleeps for its RetryAfter. A wait that ends while its decision is in
+// flight (Redis did not answer in time: prim.ErrUncertain) is an outage, not
+// a refusal: 503, or passed on with WithFailOpen. The wait is
 // bounded by the request's context and, when maxWait > 0, by maxWait. The
 // limiter's queue must be configured by the factory (prim.WithQueue): without
 // one Wait refuses at once.
@@ -214,7 +217,12 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 		case err == nil && d.Allowed:
 			next.ServeHTTP(w, r)
 		case err == nil, errors.Is(err, prim.ErrQueueFull),
-			m.cfg.wait && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)):
+			// The wait's bound ended while the request queued or slept
+			// for its RetryAfter: the limiter's answer. Not when a
+			// decision was in flight (ErrUncertain: Redis did not answer
+			// in time), which is an outage: 503, or passed on with
+			// WithFailOpen.
+			m.cfg.wait && !errors.Is(err, prim.ErrUncertain) && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)):
 			if !d.Allowed && d.HasRetryAfter {
 				w.Header().Set("Retry-After", strconv.FormatInt(ceilSeconds(d.RetryAfter), 10))
 			}

@@ -527,3 +527,48 @@ func TestMiddlewareNegativeWeightFailOpen(t *testing.T) {
 		}
 	})
 }
+
+// TestMiddlewareWaitOutage: with WithWait, a Redis that does not answer is an
+// outage, not a queue that took too long (issue 31, item 6): the request gets
+// 503 (fail closed) or is passed on (WithFailOpen), never 429. The limiter's
+// link is cut silently (commands go unanswered), so the decision in flight
+// when the wait's bound ends is uncertain.
+func TestMiddlewareWaitOutage(t *testing.T) {
+	onFirstBuild(t, func(t *testing.T, env *env) {
+		c, _ := env.client(t)
+		link, err := env.topo.Link(env.peer, "n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = link.Heal() })
+		rl := prim.New(c).RateLimiters()
+		var f limiterFactory
+		// Warm: the script cached and the connections made.
+		warm := ratelimithttp.New(f.of(rl, env.k("outage:"), 10, time.Minute), ratelimithttp.KeyByHeader("X-Client"))
+		wsrv := httptest.NewServer(warm.Handler(okHandler(new(atomic.Int64))))
+		if resp := get(t, wsrv.URL, "warm"); resp.StatusCode != http.StatusOK {
+			t.Fatalf("warm-up: %s", resp.Status)
+		}
+		wsrv.Close()
+		warm.Close()
+		if err := link.Partition(); err != nil {
+			t.Fatal(err)
+		}
+		for _, failOpen := range []bool{false, true} {
+			var served atomic.Int64
+			opts := []ratelimithttp.Option{ratelimithttp.WithWait(300 * time.Millisecond), ratelimithttp.WithLogger(slog.New(slog.DiscardHandler))}
+			want := http.StatusServiceUnavailable
+			if failOpen {
+				opts, want = append(opts, ratelimithttp.WithFailOpen()), http.StatusOK
+			}
+			m := ratelimithttp.New(f.of(rl, env.k("outage:"), 10, time.Minute), ratelimithttp.KeyByHeader("X-Client"), opts...)
+			srv := httptest.NewServer(m.Handler(okHandler(&served)))
+			resp := get(t, srv.URL, "a")
+			srv.Close()
+			m.Close()
+			if resp.StatusCode != want || (served.Load() > 0) != failOpen {
+				t.Fatalf("WithWait, Redis not answering, fail open %v: %s, served %d; want %d", failOpen, resp.Status, served.Load(), want)
+			}
+		}
+	})
+}
