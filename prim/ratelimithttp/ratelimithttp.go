@@ -26,6 +26,7 @@
 package ratelimithttp
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -116,11 +117,13 @@ func WithFailOpen() Option { return func(c *config) { c.failOpen = true } }
 func WithIdleTimeout(d time.Duration) Option { return func(c *config) { c.idle = d } }
 
 // WithMaxLimiters bounds the number of limiters held (default
-// DefaultMaxLimiters). When a new key arrives at the bound, the idlest limiter
-// with no request in flight is dropped (closed) to make room, idle timeout or
-// not; if every limiter has a request in flight, the new key's request gets
-// ErrTooManyLimiters (handled as a limiter error: 503, or passed on with
-// WithFailOpen). Finding the idlest scans every limiter.
+// DefaultMaxLimiters). When a new key arrives at the bound, the limiter whose
+// last request ended longest ago, among those with no request in flight, is
+// dropped (closed) to make room, idle timeout or not; if every limiter has a
+// request in flight, the new key's request gets ErrTooManyLimiters (handled
+// as a limiter error: 503, or passed on with WithFailOpen). Finding it takes
+// constant time (a list in release order), so a flood of new keys costs each
+// request O(1), not a scan of every limiter.
 func WithMaxLimiters(n int) Option { return func(c *config) { c.maxLimiters = n } }
 
 // WithLogger sets the logger of limiter errors (default slog.Default()).
@@ -147,14 +150,18 @@ type Middleware struct {
 
 	mu        sync.Mutex
 	limiters  map[string]*entry
+	idle      list.List // *entry without users, least recently released first
 	closed    bool
 	lastSweep time.Time
 }
 
 // entry is a key's limiter and the number of requests using it now.
 type entry struct {
-	lim   prim.RateLimiter
-	users int
+	key      string
+	lim      prim.RateLimiter
+	users    int
+	released time.Time     // when users last fell to 0
+	elem     *list.Element // in Middleware.idle while users == 0
 }
 
 // New returns middleware that takes each request's limiter from factory by
@@ -304,46 +311,62 @@ func (m *Middleware) acquire(key string) (*entry, error) {
 	if m.closed {
 		return nil, ErrClosed
 	}
+	// Limiters without users wait in m.idle, least recently released
+	// first, so the sweep and the bound's eviction look only at the front:
+	// amortised O(1) per request, however many keys a flood of spoofed
+	// client addresses brings (each new key used to scan every limiter
+	// under this mutex).
 	if now := time.Now(); m.cfg.idle > 0 && now.Sub(m.lastSweep) >= m.cfg.idle/4 {
 		m.lastSweep = now
-		for k, e := range m.limiters {
-			if e.users == 0 && e.lim.IdleDuration() >= m.cfg.idle {
-				delete(m.limiters, k)
-				drop = append(drop, e.lim)
+		for f := m.idle.Front(); f != nil; f = m.idle.Front() {
+			e := f.Value.(*entry)
+			if now.Sub(e.released) < m.cfg.idle || e.lim.IdleDuration() < m.cfg.idle {
+				break
 			}
+			drop = append(drop, m.evictLocked(e))
 		}
 	}
 	e, ok := m.limiters[key]
 	if !ok {
 		if len(m.limiters) >= m.cfg.maxLimiters {
-			var victim string
-			var idlest time.Duration = -1
-			for k, e := range m.limiters {
-				if d := e.lim.IdleDuration(); e.users == 0 && d > idlest {
-					victim, idlest = k, d
-				}
+			f := m.idle.Front()
+			if f == nil {
+				return nil, ErrTooManyLimiters // every limiter is in use
 			}
-			if idlest < 0 {
-				return nil, ErrTooManyLimiters
-			}
-			drop = append(drop, m.limiters[victim].lim)
-			delete(m.limiters, victim)
+			drop = append(drop, m.evictLocked(f.Value.(*entry)))
 		}
 		lim, err := m.factory(key)
 		if err != nil {
 			return nil, fmt.Errorf("ratelimithttp: making a limiter: %w", err)
 		}
-		e = &entry{lim: lim}
+		e = &entry{key: key, lim: lim}
 		m.limiters[key] = e
+	}
+	if e.elem != nil {
+		m.idle.Remove(e.elem)
+		e.elem = nil
 	}
 	e.users++
 	return e, nil
 }
 
+// evictLocked drops an entry without users; the caller closes its limiter
+// once the mutex is released.
+func (m *Middleware) evictLocked(e *entry) prim.RateLimiter {
+	m.idle.Remove(e.elem)
+	e.elem = nil
+	delete(m.limiters, e.key)
+	return e.lim
+}
+
 func (m *Middleware) release(e *entry) {
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	e.users--
-	m.mu.Unlock()
+	if e.users == 0 && m.limiters[e.key] == e {
+		e.released = time.Now()
+		e.elem = m.idle.PushBack(e)
+	}
 }
 
 // Limiters is the number of limiters the middleware holds now.
@@ -362,6 +385,7 @@ func (m *Middleware) Close() error {
 	m.closed = true
 	lims := m.limiters
 	m.limiters = map[string]*entry{}
+	m.idle.Init()
 	m.mu.Unlock()
 	var errs []error
 	for _, e := range lims {
