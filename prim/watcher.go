@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -66,11 +67,16 @@ type watcher struct {
 	users    int       // waits holding this watcher (watchers.mu)
 	idle     time.Time // when users last fell to 0 (watchers.mu)
 
-	trMu    sync.Mutex // serialises use of the tracking connection
+	// trLock serialises use of the tracking connection (a one-slot
+	// channel, so that a caller waits for it only as long as its context
+	// allows: a read stalled on a silent connection, which go-redis's
+	// defaults leave to the read timeout whatever the context says, holds
+	// it for seconds). What it guards is said "(trLock)" below.
+	trLock  chan struct{}
 	trConn  *redis.Conn
 	trEpoch int64 // psEpoch the tracking connection redirects to
-	closed  bool
-	// trRefused is the server's refusal of CLIENT TRACKING (trMu): an ACL
+	closed  atomic.Bool
+	// trRefused is the server's refusal of CLIENT TRACKING (trLock): an ACL
 	// without it, or a server without client tracking. Waiters re-check on a
 	// timer meanwhile, and CLIENT TRACKING is sent again only from
 	// trRetryAt, with a back-off doubling from 50ms (trBackoff) to
@@ -78,7 +84,7 @@ type watcher struct {
 	trRefused error
 	trRetryAt time.Time
 	trBackoff time.Duration
-	// pingRefused: the server refused the keep-alive's PING (trMu); the
+	// pingRefused: the server refused the keep-alive's PING (trLock); the
 	// keep-alive sends CLIENT ID instead.
 	pingRefused bool
 }
@@ -116,7 +122,8 @@ const keepAlive = time.Second
 
 func newWatcher(c *Coordinator, node *redis.Client) *watcher {
 	w := &watcher{c: c, node: node, addr: node.Options().Addr, waiters: map[string]map[string][]*waiter{},
-		done: make(chan struct{}), readyc: make(chan struct{}), refusedc: make(chan struct{}), idle: time.Now()}
+		done: make(chan struct{}), readyc: make(chan struct{}), refusedc: make(chan struct{}), idle: time.Now(),
+		trLock: make(chan struct{}, 1)}
 	base := *node.Options()
 	base.Protocol = 2
 	base.PoolSize = 1
@@ -292,7 +299,11 @@ func (w *watcher) keepAliveLoop(ctx context.Context) {
 			continue
 		}
 		w.wakeMoved(ctx)
-		w.trMu.Lock()
+		select {
+		case w.trLock <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
 		if w.trConn != nil {
 			pctx, cancel := context.WithTimeout(ctx, keepAlive)
 			var err error
@@ -320,12 +331,12 @@ func (w *watcher) keepAliveLoop(ctx context.Context) {
 			}
 			if err != nil {
 				w.resetTrackingLocked()
-				w.trMu.Unlock()
+				<-w.trLock
 				w.wakeAll()
 				continue
 			}
 		}
-		w.trMu.Unlock()
+		<-w.trLock
 	}
 }
 
@@ -422,10 +433,43 @@ func (w *watcher) resetTrackingLocked() {
 // track makes the server track key for this watcher by reading it with the
 // given read command on the tracking connection, and returns the reply. The
 // Pub/Sub connection must be up (so the REDIRECT target exists).
+//
+// It returns by ctx's end: waiting for the connection, or for a read that
+// outlives ctx (a silent connection: go-redis's defaults wait for the read
+// timeout), which then finishes in the background, still holding the
+// connection, and resets the tracking if it got no reply.
 func (w *watcher) track(ctx context.Context, read func(ctx context.Context, c *redis.Conn) (int64, error)) (int64, error) {
-	w.trMu.Lock()
-	defer w.trMu.Unlock()
-	if w.closed {
+	select {
+	case w.trLock <- struct{}{}:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	type result struct {
+		v   int64
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		defer func() { <-w.trLock }()
+		v, err := w.trackLocked(ctx, read)
+		ch <- result{v, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		select {
+		case r := <-ch: // finished at the same instant: its answer stands
+			return r.v, r.err
+		default:
+		}
+		return 0, ctx.Err()
+	}
+}
+
+// trackLocked is track's work, with trLock held.
+func (w *watcher) trackLocked(ctx context.Context, read func(ctx context.Context, c *redis.Conn) (int64, error)) (int64, error) {
+	if w.closed.Load() {
 		return 0, ErrClosed
 	}
 	w.mu.Lock()
@@ -473,7 +517,7 @@ func (w *watcher) track(ctx context.Context, read func(ctx context.Context, c *r
 // redirect target gone while the Pub/Sub connection reconnects) is retried at
 // the next re-check. It records the refusal and when to try again, and once
 // per episode logs a Warn and counts prim.waiting.degraded: until the server
-// accepts, waiters on the node re-check on a timer. Called with trMu held.
+// accepts, waiters on the node re-check on a timer. Called with trLock held.
 func (w *watcher) trackingRefusedLocked(ctx context.Context, err error) bool {
 	var re redis.Error
 	if !errors.As(err, &re) {
@@ -578,16 +622,27 @@ func (w *watcher) wakeMoved(ctx context.Context) {
 	}
 }
 
+// closeWait bounds how long close waits for the tracking connection: a read
+// stalled on it is ended by closing its client instead.
+const closeWait = 100 * time.Millisecond
+
 func (w *watcher) close() {
-	w.trMu.Lock()
-	w.closed = true
-	w.resetTrackingLocked()
-	w.trMu.Unlock()
+	w.closed.Store(true)
+	t := time.NewTimer(closeWait)
+	select {
+	case w.trLock <- struct{}{}:
+		t.Stop()
+		w.resetTrackingLocked()
+		<-w.trLock
+	case <-t.C:
+		// A read holds it, maybe stalled: closing the tracking client below
+		// closes its connection, which ends the read at once.
+	}
 	w.cancel()
 	_ = w.pubsub.Close()
+	_ = w.tr.Close()
 	<-w.done
 	_ = w.ps.Close()
-	_ = w.tr.Close()
 }
 
 // watchers is the Coordinator's per-node watcher set, shared by its prefixed views.
