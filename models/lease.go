@@ -62,6 +62,14 @@ import (
 // server (verify "false", a renew refused, a release "already_released" once
 // the clean-up ran). Without it, an uncertain renewal changes nothing.
 //
+// Equal times are concurrent (history/FORMAT.md): an operation invoked at the
+// instant a certain span starts (a grant's return) may have come before that
+// grant. A release (or a renewal or verification of an owner whose release
+// was invoked by then) at that instant is no conflict: release, then grant;
+// nor is an owner's denial invoked at the instant its own grant returned. A
+// grant at the instant another's span starts still is: one of the two
+// leases was granted while the other held the lock.
+//
 // Releases, renewals and verifications are matched to owners by their owner
 // field, else to the latest acquisition of the same (key, field, proc).
 // O(n log n).
@@ -81,6 +89,7 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 		sEnd    int64
 		hasSpan bool
 		lostAt  int64 // from then on, denials are not checked (see the doc comment's last paragraphs)
+		mayEnd  int64 // the earliest its lease may have ended (first release invocation, earliest expiry, uncertain renewal)
 		proofT  int64 // invocation of the last proof, or -1
 		mode    mode  // exclusive, read or write
 	}
@@ -255,6 +264,7 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 			ow.proofT = lastProof.T
 		}
 		ow.sEnd = min(firstRelInv, lowExp, cutAt)
+		ow.mayEnd = ow.sEnd
 		if lastProof != nil && lastProof.T > ow.sEnd {
 			ow.sEnd = lastProof.T
 		}
@@ -300,9 +310,18 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 			tops[i] = cur
 		}
 		// coveredBy returns another owner whose certain span covers every
-		// instant of [from, to], or -1.
+		// instant of [from, to], or -1. Equal times are concurrent
+		// (history/FORMAT.md): an operation of self at the instant another's
+		// span starts (the grant's return) may come before that grant, and
+		// is no conflict when self's lease may end at that instant too (its
+		// release was invoked by then: release, then grant); a grant at that
+		// instant still is (two leases at once, whichever came first).
 		coveredBy := func(self int, from, to int64) int {
-			i := sort.Search(len(spans), func(i int) bool { return owners[spans[i]].sStart > from }) - 1
+			edge := owners[self].mayEnd <= from
+			i := sort.Search(len(spans), func(i int) bool {
+				s := owners[spans[i]].sStart
+				return s > from || edge && s == from
+			}) - 1
 			if i < 0 {
 				return -1
 			}
@@ -375,7 +394,7 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 				switch {
 				case proves(op):
 					check(op, max(op.T, a.T), op.Return)
-				case denies(op) && ow.hasSpan && ow.sStart <= op.T && op.Return < ow.sEnd && (op.T < ow.lostAt || ow.mode == modeExclusive && op.Return < ow.proofT):
+				case denies(op) && ow.hasSpan && ow.sStart < op.T && op.Return < ow.sEnd && (op.T < ow.lostAt || ow.mode == modeExclusive && op.Return < ow.proofT):
 					reach(KindWronglyDenied, ow.id.String(), a.T, op, ttlOf(ow))
 					if c.full(KindWronglyDenied) {
 						c.skip(KindWronglyDenied, a, op)
