@@ -13,6 +13,9 @@ import (
 // exclusive acquisition: acquire, acquire_wait; the lock is (key, field))
 // have overlapping validity windows [Return, min(release.T, T+ttl−Drift)).
 // Windows are half-open: one ending at the instant the next starts is fine.
+// An acquisition of unknown outcome whose owner later proves the lease held
+// (an ok renewal, a verify true, a release "released") holds from that
+// proof's return (buildHolds): a Redlock acquisition that timed out, say.
 // O(n log n): sort by start, sweep keeping the furthest end.
 func CheckExclusion(h *history.History, o Options) Result {
 	start := time.Now()
@@ -28,7 +31,8 @@ func CheckExclusion(h *history.History, o Options) Result {
 // CheckReadWrite checks read/write leases (acquire_read, acquire_write and
 // their _wait forms): any number of readers, or one writer, at a time. A
 // writer's validity window must not overlap any other holder's; readers'
-// windows may overlap each other.
+// windows may overlap each other. Uncertain acquisitions proven later hold
+// from their proof, as in CheckExclusion.
 func CheckReadWrite(h *history.History, o Options) Result {
 	start := time.Now()
 	o = o.withDefaults()
@@ -142,6 +146,8 @@ func holdOps(h *history.History, hs ...*hold) []*history.Operation {
 // else the largest capacity field recorded for that key; a key with neither
 // is UNKNOWN. O(n log n): sort window starts and ends, sweep (ends before
 // starts at equal times: windows are half-open).
+// Uncertain acquisitions proven later hold from their proof, as in
+// CheckExclusion.
 func CheckSemaphore(h *history.History, o Options) Result {
 	start := time.Now()
 	o = o.withDefaults()
