@@ -1,6 +1,8 @@
 package models
 
 import (
+	"cmp"
+	"slices"
 	"sort"
 
 	"github.com/coordtorture/coordtorture/history"
@@ -82,12 +84,19 @@ type holdSet struct {
 	// completed may have it at any time. One whose owner later proves the
 	// lease held is a hold as well (buildHolds).
 	maybe []maybeHold
-	// proofs are, per lease (the index in History.Ops of its acquisition),
-	// the invocations of its proofs of presence in ascending order: an ok
-	// renewal, a verify answered true, a release answered "released". No
-	// script of theirs creates an entry, so the lease was on the server at
-	// an instant of each (presentBy).
-	proofs map[int][]int64
+	// proofs are the proofs of presence of every lease, as (its
+	// acquisition's index in History.Ops, the proof's invocation), in
+	// history order until presentBy first needs them ordered by lease: an
+	// ok renewal, a verify answered true, a release answered "released".
+	// No script of theirs creates an entry, so the lease was on the server
+	// at an instant of each.
+	proofs []proof
+	sorted bool
+}
+
+type proof struct {
+	acq int
+	t   int64
 }
 
 // presentBy is the latest instant no later than t at which hd's lease is
@@ -97,9 +106,15 @@ type holdSet struct {
 // lease gone only if it struck after this (issue 30, rule 1: a lease proven
 // after the loss survived it, or was written after it).
 func (hs *holdSet) presentBy(h *history.History, hd *hold, t int64) int64 {
-	ps := hs.proofs[hd.acq]
-	if n := sort.Search(len(ps), func(n int) bool { return ps[n] > t }); n > 0 {
-		return max(ps[n-1], h.Ops[hd.acq].T)
+	if !hs.sorted {
+		// Stable: each lease's proofs stay in invocation order.
+		slices.SortStableFunc(hs.proofs, func(a, b proof) int { return cmp.Compare(a.acq, b.acq) })
+		hs.sorted = true
+	}
+	ps := hs.proofs
+	n := sort.Search(len(ps), func(n int) bool { return ps[n].acq > hd.acq || ps[n].acq == hd.acq && ps[n].t > t })
+	if n > 0 && ps[n-1].acq == hd.acq {
+		return max(ps[n-1].t, h.Ops[hd.acq].T)
 	}
 	return h.Ops[hd.acq].T
 }
@@ -141,7 +156,7 @@ func buildHolds(h *history.History, drift int64, want func(mode) bool, cutUncert
 			n++
 		}
 	}
-	hs := &holdSet{holds: make([]hold, 0, n), proofs: map[int][]int64{}}
+	hs := &holdSet{holds: make([]hold, 0, n)}
 	byOwner := make(map[ownerKey]int)
 	pending := make(map[ownerKey]int) // info acquisitions with an owner not yet proven, by owner: their index in h.Ops
 	byProc := make(map[procKey]int)
@@ -262,7 +277,7 @@ func buildHolds(h *history.History, drift int64, want func(mode) bool, cutUncert
 				hd.rel = k
 			}
 			if isProof(o) {
-				hs.proofs[hd.acq] = append(hs.proofs[hd.acq], o.T)
+				hs.proofs = append(hs.proofs, proof{hd.acq, o.T})
 				hd.released = true
 				hd.freedAt = o.Return
 				hd.freedFrom = o.T
@@ -280,7 +295,7 @@ func buildHolds(h *history.History, drift int64, want func(mode) bool, cutUncert
 			}
 			switch o.Type {
 			case history.OK:
-				hs.proofs[hd.acq] = append(hs.proofs[hd.acq], o.T)
+				hs.proofs = append(hs.proofs, proof{hd.acq, o.T})
 				hd.maxTTL = max(hd.maxTTL, ttl)
 				if ttl > 0 && hd.expiry != history.Never {
 					hd.expiry = max(hd.expiry, addSat(o.Return, ttl))
@@ -319,7 +334,7 @@ func buildHolds(h *history.History, drift int64, want func(mode) bool, cutUncert
 			}
 		case history.FVerify:
 			if j, ok := lookup(o); ok && isProof(o) {
-				hs.proofs[hs.holds[j].acq] = append(hs.proofs[hs.holds[j].acq], o.T)
+				hs.proofs = append(hs.proofs, proof{hs.holds[j].acq, o.T})
 			}
 		}
 	}

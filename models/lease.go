@@ -336,9 +336,11 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 			return -1
 		}
 		// reach records where a violation lies, for Judge: the lease state a
-		// fault could have lost was made from since (the earlier
-		// acquisition), the violating operation spans op, and a lost lease
-		// explains what starts within its TTL (+ drift) of the loss.
+		// fault could have lost was last known on the server at since (the
+		// latest proof of presence of the lease whose loss the violation
+		// needs, by the violation: presentBy), the violating operation
+		// spans op, and a lost lease explains what starts within its TTL (+
+		// drift) of the loss.
 		reach := func(kind, key string, since int64, op *history.Operation, ttlMs int64) {
 			ln, horizon := history.Never, history.Never
 			if op.Return != history.Never {
@@ -348,6 +350,21 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 				horizon = addSat(ms(ttlMs), int64(o.Drift))
 			}
 			c.reaches = append(c.reaches, Reach{Kind: kind, Key: key, Since: min(since, op.T), First: op.T, Last: op.T, Len: ln, Horizon: horizon})
+		}
+		// presentBy is the latest instant no later than t at which ow's
+		// lease is known to have been on the server: the invocation of
+		// its latest proof invoked by t, else of its acquisition (issue
+		// 30, rule 1: a fault explains a violation that needs a lease
+		// gone only if it struck after this).
+		presentBy := func(ow *owner, t int64) int64 {
+			at := h.Ops[ow.acq].T
+			i := sort.Search(len(ow.ops), func(i int) bool { return h.Ops[ow.ops[i]].T > t })
+			for i--; i >= 0; i-- {
+				if op := &h.Ops[ow.ops[i]]; proves(op) {
+					return max(at, op.T)
+				}
+			}
+			return at
 		}
 		// ttlOf is the longest ttl of an owner's acquisition and renewals.
 		ttlOf := func(ow *owner) int64 {
@@ -374,7 +391,9 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 				}
 				ot := &owners[other]
 				oa := &h.Ops[ot.acq]
-				reach(KindOwnerConflict, ow.id.String(), min(oa.T, a.T), op, max(ttlOf(ot), ttlOf(ow)))
+				// The lease a fault must have erased is ot's, whose
+				// presence forbids op.
+				reach(KindOwnerConflict, ow.id.String(), presentBy(ot, from), op, max(ttlOf(ot), ttlOf(ow)))
 				if c.full(KindOwnerConflict) {
 					c.skip(KindOwnerConflict, oa, a, op)
 					return
@@ -395,7 +414,7 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 				case proves(op):
 					check(op, max(op.T, a.T), op.Return)
 				case denies(op) && ow.hasSpan && ow.sStart < op.T && op.Return < ow.sEnd && (op.T < ow.lostAt || ow.mode == modeExclusive && op.Return < ow.proofT):
-					reach(KindWronglyDenied, ow.id.String(), a.T, op, ttlOf(ow))
+					reach(KindWronglyDenied, ow.id.String(), presentBy(ow, op.T), op, ttlOf(ow))
 					if c.full(KindWronglyDenied) {
 						c.skip(KindWronglyDenied, a, op)
 						continue
