@@ -16,6 +16,10 @@ import (
 // An acquisition of unknown outcome whose owner later proves the lease held
 // (an ok renewal, a verify true, a release "released") holds from that
 // proof's return (buildHolds): a Redlock acquisition that timed out, say.
+// An overlap is a fault's hazard (Judge) only if every earlier lease it
+// overlaps was last proven on the server (acquired, renewed ok, verified
+// true) before the loss ended: a lease proven after it survived it
+// (sweepConflicts).
 // O(n log n): sort by start, sweep keeping the furthest end.
 func CheckExclusion(h *history.History, o Options) Result {
 	start := time.Now()
@@ -174,7 +178,9 @@ func holdOps(h *history.History, hs ...*hold) []*history.Operation {
 // is UNKNOWN. O(n log n): sort window starts and ends, sweep (ends before
 // starts at equal times: windows are half-open).
 // Uncertain acquisitions proven later hold from their proof, as in
-// CheckExclusion.
+// CheckExclusion. Permits over capacity are a fault's hazard (Judge) only if
+// enough of the other permits then held to make room for the last grant
+// were last proven on the server before the loss ended (lostSince).
 func CheckSemaphore(h *history.History, o Options) Result {
 	start := time.Now()
 	o = o.withDefaults()

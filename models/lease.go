@@ -62,6 +62,12 @@ import (
 // server (verify "false", a renew refused, a release "already_released" once
 // the clean-up ran). Without it, an uncertain renewal changes nothing.
 //
+// For Judge, an owner conflict is a fault's hazard only if the lease whose
+// certain span it falls in, and a wrong denial only if the denied lease, was
+// last proven on the server (granted, renewed ok, verified true) before the
+// loss ended: a lease proven after it survived it, or was written after it
+// (Reach.Since).
+//
 // Equal times are concurrent (history/FORMAT.md): an operation invoked at the
 // instant a certain span starts (a grant's return) may have come before that
 // grant. A release (or a renewal or verification of an owner whose release
