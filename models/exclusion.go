@@ -13,13 +13,20 @@ import (
 // exclusive acquisition: acquire, acquire_wait; the lock is (key, field))
 // have overlapping validity windows [Return, min(release.T, T+ttl−Drift)).
 // Windows are half-open: one ending at the instant the next starts is fine.
+// An acquisition of unknown outcome whose owner later proves the lease held
+// (an ok renewal, a verify true, a release "released") holds from that
+// proof's return (buildHolds): a Redlock acquisition that timed out, say.
+// An overlap is a fault's hazard (Judge) only if every earlier lease it
+// overlaps was last proven on the server (acquired, renewed ok, verified
+// true) before the loss ended: a lease proven after it survived it
+// (sweepConflicts).
 // O(n log n): sort by start, sweep keeping the furthest end.
 func CheckExclusion(h *history.History, o Options) Result {
 	start := time.Now()
 	o = o.withDefaults()
 	hs := buildHolds(h, int64(o.Drift), func(m mode) bool { return m == modeExclusive }, o.UncertainRenewalReleases)
 	c := newCollector(o)
-	sweepConflicts(h, hs.holds, c, int64(o.Drift), func(a, b mode) bool { return true })
+	sweepConflicts(h, hs, c, int64(o.Drift), func(a, b mode) bool { return true })
 	r := c.result("exclusion", len(hs.holds), fmt.Sprintf("%s on %s, none overlapping", Plural(len(hs.holds), "validity window"), Plural(countIDs(hs.holds), "lock")))
 	r.Elapsed = time.Since(start)
 	return r
@@ -28,13 +35,14 @@ func CheckExclusion(h *history.History, o Options) Result {
 // CheckReadWrite checks read/write leases (acquire_read, acquire_write and
 // their _wait forms): any number of readers, or one writer, at a time. A
 // writer's validity window must not overlap any other holder's; readers'
-// windows may overlap each other.
+// windows may overlap each other. Uncertain acquisitions proven later hold
+// from their proof, as in CheckExclusion.
 func CheckReadWrite(h *history.History, o Options) Result {
 	start := time.Now()
 	o = o.withDefaults()
 	hs := buildHolds(h, int64(o.Drift), func(m mode) bool { return m == modeRead || m == modeWrite }, o.UncertainRenewalReleases)
 	c := newCollector(o)
-	sweepConflicts(h, hs.holds, c, int64(o.Drift), func(a, b mode) bool { return a == modeWrite || b == modeWrite })
+	sweepConflicts(h, hs, c, int64(o.Drift), func(a, b mode) bool { return a == modeWrite || b == modeWrite })
 	r := c.result("rw-exclusion", len(hs.holds), fmt.Sprintf("%s on %s, writers always alone", Plural(len(hs.holds), "read/write window"), Plural(countIDs(hs.holds), "lease")))
 	r.Elapsed = time.Since(start)
 	return r
@@ -72,11 +80,24 @@ func sortedByID(hs []hold) []int32 {
 // conflicting window of the same lock has ended. It keeps, per lock, the
 // furthest-ending window of each mode: a window overlaps some earlier
 // window of mode m iff it starts before the furthest end among them.
-func sweepConflicts(h *history.History, hs []hold, c *collector, drift int64, conflicts func(a, b mode) bool) {
+//
+// A fault explains an overlap only by having erased every earlier
+// conflicting lease still open when the later window began (the later
+// grant, or late renewal, needed them gone): the overlap's Reach.Since is
+// the latest instant any of them is known to have been on the server by
+// then (holdSet.presentBy: its latest proof of presence, else its
+// acquisition), so that an overlap with a lease proven after the loss is
+// FAIL (issue 30, rule 1).
+func sweepConflicts(h *history.History, set *holdSet, c *collector, drift int64, conflicts func(a, b mode) bool) {
+	hs := set.holds
 	idx := sortedByID(hs)
 	modes := []mode{modeExclusive, modeRead, modeWrite}
 	var furthest [modePermit]int32 // per mode, index of the furthest-ending window, -1 if none
 	var cur int32
+	// open are the lock's earlier non-empty windows that may still be
+	// open, pruned of the ended ones whenever it has doubled.
+	var open []int32
+	kept := 0
 	for n, k := range idx {
 		hd := &hs[k]
 		if n == 0 || hd.kid != cur {
@@ -84,6 +105,11 @@ func sweepConflicts(h *history.History, hs []hold, c *collector, drift int64, co
 			for m := range furthest {
 				furthest[m] = -1
 			}
+			open, kept = open[:0], 0
+		}
+		if len(open) > 2*kept+16 {
+			open = slices.DeleteFunc(open, func(j int32) bool { return hs[j].end <= hd.start })
+			kept = len(open)
 		}
 		if hd.end > hd.start {
 			for _, m := range modes {
@@ -96,7 +122,13 @@ func sweepConflicts(h *history.History, hs []hold, c *collector, drift int64, co
 					// explain it only if the earlier lease was on the
 					// server when it struck, and the later window opened
 					// within the earlier lease's ttl after it.
-					c.reaches = append(c.reaches, Reach{Kind: KindOverlap, Key: hd.id.String(), Since: h.Ops[other.acq].T,
+					since := set.presentBy(h, other, hd.start)
+					for _, j := range open {
+						if o := &hs[j]; o.end > hd.start && conflicts(o.mode, hd.mode) {
+							since = max(since, set.presentBy(h, o, hd.start))
+						}
+					}
+					c.reaches = append(c.reaches, Reach{Kind: KindOverlap, Key: hd.id.String(), Since: since,
 						First: hd.start, Last: hd.start, Horizon: horizonOf(other.maxTTL, drift)})
 					if c.full(KindOverlap) {
 						c.skipAt(KindOverlap, hd.start)
@@ -111,6 +143,9 @@ func sweepConflicts(h *history.History, hs []hold, c *collector, drift int64, co
 		}
 		if f := furthest[hd.mode]; f < 0 || hd.end > hs[f].end {
 			furthest[hd.mode] = k
+		}
+		if hd.end > hd.start {
+			open = append(open, k)
 		}
 	}
 }
@@ -142,11 +177,16 @@ func holdOps(h *history.History, hs ...*hold) []*history.Operation {
 // else the largest capacity field recorded for that key; a key with neither
 // is UNKNOWN. O(n log n): sort window starts and ends, sweep (ends before
 // starts at equal times: windows are half-open).
+// Uncertain acquisitions proven later hold from their proof, as in
+// CheckExclusion. Permits over capacity are a fault's hazard (Judge) only if
+// enough of the other permits then held to make room for the last grant
+// were last proven on the server before the loss ended (lostSince).
 func CheckSemaphore(h *history.History, o Options) Result {
 	start := time.Now()
 	o = o.withDefaults()
 	drift := int64(o.Drift)
-	hs := buildHolds(h, drift, func(m mode) bool { return m == modePermit }, o.UncertainRenewalReleases).holds
+	set := buildHolds(h, drift, func(m mode) bool { return m == modePermit }, o.UncertainRenewalReleases)
+	hs := set.holds
 	c := newCollector(o)
 	capacity := make(map[lockID]int64)
 	for k := range h.Ops {
@@ -200,14 +240,16 @@ func CheckSemaphore(h *history.History, o Options) Result {
 			}
 			if held > limit && !over {
 				over = true
-				since, horizon := history.Never, int64(0)
+				horizon := int64(0)
 				for _, k := range open {
-					since = min(since, h.Ops[hs[k].acq].T)
 					horizon = max(horizon, horizonOf(hs[k].maxTTL, drift))
 				}
-				// Complete at e.t; a fault explains it only if a permit
-				// held then was on the server when it struck, and e.t
-				// comes within a ttl after it.
+				// Complete at e.t; a fault explains it only if permits
+				// held then, enough of them to leave room for the grant
+				// at e.t, were on the server when it struck (last proven
+				// before it: issue 30, rule 1), and e.t comes within a ttl
+				// after it.
+				since := lostSince(h, set, open, e.hold, e.t, held-limit)
 				c.reaches = append(c.reaches, Reach{Kind: KindOverCapacity, Key: id.String(), Since: since, First: e.t, Last: e.t, Horizon: horizon})
 				if c.full(KindOverCapacity) {
 					c.skipAt(KindOverCapacity, e.t)
@@ -244,4 +286,29 @@ func CheckSemaphore(h *history.History, o Options) Result {
 	r := c.result("semaphore", len(hs), fmt.Sprintf("%s on %s, never above capacity", Plural(len(hs), "permit window"), Plural(countIDs(hs), "semaphore")))
 	r.Elapsed = time.Since(start)
 	return r
+}
+
+// lostSince is, for permits over capacity at t because of the grant of hold
+// grant (one of open), when the permits a loss must have erased were last
+// known on the server: the grant needed at least excess of the other open
+// permits' weight gone, so it is the earliest instant by which that much
+// weight was last proven present (holdSet.presentBy); history.Never when the
+// others cannot make up the excess (a grant larger than the capacity is no
+// loss's doing).
+func lostSince(h *history.History, set *holdSet, open []int32, grant int32, t, excess int64) int64 {
+	type last struct{ at, w int64 }
+	others := make([]last, 0, len(open))
+	for _, k := range open {
+		if k != grant {
+			others = append(others, last{set.presentBy(h, &set.holds[k], t), set.holds[k].weight})
+		}
+	}
+	slices.SortFunc(others, func(a, b last) int { return cmp.Compare(a.at, b.at) })
+	var w int64
+	for _, o := range others {
+		if w += o.w; w >= excess {
+			return o.at
+		}
+	}
+	return history.Never
 }

@@ -1,6 +1,10 @@
 package models
 
 import (
+	"cmp"
+	"slices"
+	"sort"
+
 	"github.com/coordtorture/coordtorture/history"
 )
 
@@ -77,8 +81,42 @@ type holdSet struct {
 	// server-side questions (liveness, leaks) an info operation is taken to
 	// have had its effect, if any, by its completion record (prim fences an
 	// uncertain command before it reports the outcome); one that never
-	// completed may have it at any time.
+	// completed may have it at any time. One whose owner later proves the
+	// lease held is a hold as well (buildHolds).
 	maybe []maybeHold
+	// proofs are the proofs of presence of every lease, as (its
+	// acquisition's index in History.Ops, the proof's invocation), in
+	// history order until presentBy first needs them ordered by lease: an
+	// ok renewal, a verify answered true, a release answered "released".
+	// No script of theirs creates an entry, so the lease was on the server
+	// at an instant of each.
+	proofs []proof
+	sorted bool
+}
+
+type proof struct {
+	acq int
+	t   int64
+}
+
+// presentBy is the latest instant no later than t at which hd's lease is
+// known to have been on the server: the invocation of its latest proof of
+// presence invoked by t, else its acquisition's invocation (the earliest it
+// may have been made). A fault's loss explains a violation that needs the
+// lease gone only if it struck after this (issue 30, rule 1: a lease proven
+// after the loss survived it, or was written after it).
+func (hs *holdSet) presentBy(h *history.History, hd *hold, t int64) int64 {
+	if !hs.sorted {
+		// Stable: each lease's proofs stay in invocation order.
+		slices.SortStableFunc(hs.proofs, func(a, b proof) int { return cmp.Compare(a.acq, b.acq) })
+		hs.sorted = true
+	}
+	ps := hs.proofs
+	n := sort.Search(len(ps), func(n int) bool { return ps[n].acq > hd.acq || ps[n].acq == hd.acq && ps[n].t > t })
+	if n > 0 && ps[n-1].acq == hd.acq {
+		return max(ps[n-1].t, h.Ops[hd.acq].T)
+	}
+	return h.Ops[hd.acq].T
 }
 
 type maybeHold struct {
@@ -103,6 +141,14 @@ type procKey struct {
 // given modes), matching releases and renewals to holders by (key, owner)
 // when the release carries an owner, else by (key, process). cutUncertain
 // ends a window at an uncertain renewal (Options.UncertainRenewalReleases).
+//
+// An acquisition of unknown outcome (info) whose owner later proves the lease
+// held (an ok renewal, a verify answered true, a release answered
+// "released", matched by owner) did take it: it is a hold too (issue 30,
+// rule 5), certain from that proof's return (the acquisition may have taken
+// effect as late as the proof: history/FORMAT.md's info), valid until its
+// invocation + ttl or the proof's renewal, and renewed and released from
+// then on like any other.
 func buildHolds(h *history.History, drift int64, want func(mode) bool, cutUncertain bool) *holdSet {
 	n := 0
 	for k := range h.Ops {
@@ -112,6 +158,7 @@ func buildHolds(h *history.History, drift int64, want func(mode) bool, cutUncert
 	}
 	hs := &holdSet{holds: make([]hold, 0, n)}
 	byOwner := make(map[ownerKey]int)
+	pending := make(map[ownerKey]int) // info acquisitions with an owner not yet proven, by owner: their index in h.Ops
 	byProc := make(map[procKey]int)
 	kids := lockIDs{}
 	kidOf := kids.of
@@ -178,14 +225,45 @@ func buildHolds(h *history.History, drift int64, want func(mode) bool, cutUncert
 				}
 				hs.holds = append(hs.holds, hd)
 				register(len(hs.holds)-1, o)
+				if o.Owner != "" {
+					delete(pending, ownerKey{hd.kid, o.Owner})
+				}
 			case history.Info:
 				mh := maybeHold{id: idOf(o), mode: m, op: k, from: o.T, expiry: history.Never}
 				if ttl > 0 && o.Done {
 					mh.expiry = addSat(o.Return, ttl)
 				}
 				hs.maybe = append(hs.maybe, mh)
+				if o.Owner != "" {
+					pending[ownerKey{kidOf(o), o.Owner}] = k
+				}
 			}
 			continue
+		}
+		// promoted is the hold an info acquisition became at o, its first
+		// proof (-1: none).
+		promoted := -1
+		if isProof(o) && o.Owner != "" {
+			who := ownerKey{kidOf(o), o.Owner}
+			if _, held := byOwner[who]; !held {
+				if a, waiting := pending[who]; waiting {
+					delete(pending, who)
+					ao := &h.Ops[a]
+					m, _ := acquireMode(ao.F)
+					ttl := ms(ao.TTLMs)
+					hd := hold{id: idOf(ao), kid: who.kid, mode: m, start: o.Return, valid: history.Never, relInv: history.Never,
+						weight: ao.Weight(), acq: a, rel: -1, ttl: ttl, maxTTL: ttl, expiry: history.Never}
+					if ttl > 0 {
+						hd.valid = addSat(ao.T, ttl)
+						if ao.Done {
+							hd.expiry = addSat(ao.Return, ttl)
+						}
+					}
+					hs.holds = append(hs.holds, hd)
+					promoted = len(hs.holds) - 1
+					register(promoted, ao)
+				}
+			}
 		}
 		switch o.F {
 		case history.FRelease:
@@ -198,7 +276,8 @@ func buildHolds(h *history.History, drift int64, want func(mode) bool, cutUncert
 				hd.relInv = o.T
 				hd.rel = k
 			}
-			if o.Type == history.OK && (o.Value == "" || o.Value == history.ValueReleased) {
+			if isProof(o) {
+				hs.proofs = append(hs.proofs, proof{hd.acq, o.T})
 				hd.released = true
 				hd.freedAt = o.Return
 				hd.freedFrom = o.T
@@ -216,6 +295,7 @@ func buildHolds(h *history.History, drift int64, want func(mode) bool, cutUncert
 			}
 			switch o.Type {
 			case history.OK:
+				hs.proofs = append(hs.proofs, proof{hd.acq, o.T})
 				hd.maxTTL = max(hd.maxTTL, ttl)
 				if ttl > 0 && hd.expiry != history.Never {
 					hd.expiry = max(hd.expiry, addSat(o.Return, ttl))
@@ -224,7 +304,7 @@ func buildHolds(h *history.History, drift int64, want func(mode) bool, cutUncert
 				if ttl > 0 {
 					newValid = addSat(o.T, ttl)
 				}
-				if o.T <= hd.valid-drift || hd.valid == history.Never {
+				if o.T <= hd.valid-drift || hd.valid == history.Never || j == promoted {
 					hd.valid = max(hd.valid, newValid)
 					continue
 				}
@@ -252,6 +332,10 @@ func buildHolds(h *history.History, drift int64, want func(mode) bool, cutUncert
 					hd.expiry = history.Never
 				}
 			}
+		case history.FVerify:
+			if j, ok := lookup(o); ok && isProof(o) {
+				hs.proofs = append(hs.proofs, proof{hs.holds[j].acq, o.T})
+			}
 		}
 	}
 	for k := range hs.holds {
@@ -275,4 +359,23 @@ func buildHolds(h *history.History, drift int64, want func(mode) bool, cutUncert
 		}
 	}
 	return hs
+}
+
+// isProof reports whether o proves its owner's lease on the server at an
+// instant between its invocation and its return: an ok renewal, a verify
+// answered true, a release answered "released" (or without a value). None of
+// their scripts creates an entry.
+func isProof(o *history.Operation) bool {
+	if o.Type != history.OK {
+		return false
+	}
+	switch o.F {
+	case history.FRenew:
+		return true
+	case history.FVerify:
+		return o.Value == history.ValueTrue
+	case history.FRelease:
+		return o.Value == "" || o.Value == history.ValueReleased
+	}
+	return false
 }

@@ -211,8 +211,9 @@ func judgeViolations(p Property, r *Result, effects []Effect) Judgement {
 	// can end after its fault began, on state made (a key granted, a lease
 	// or permit held) before the loss ended (Effect.Until: when the effect
 	// was observed, or for an ongoing loss such as a failover when the
-	// deposed primary was seen demoted, else OngoingFor after) and starting
-	// no later than the horizon after that.
+	// deposed primary was seen demoted, else OngoingFor after; state made
+	// or last proven at that very instant may precede it: equal times are
+	// concurrent) and starting no later than the horizon after that.
 	inReach := func(kind string) bool {
 		for _, x := range r.Reaches {
 			if x.Kind != kind {
@@ -223,7 +224,7 @@ func judgeViolations(p Property, r *Result, effects []Effect) Judgement {
 					return false // another kind's effect, or complete before the fault began
 				}
 				at := ef.Until()
-				return x.Since < at && x.Last <= addSat(at, x.Horizon)
+				return x.Since <= at && x.Last <= addSat(at, x.Horizon)
 			}) {
 				return false
 			}

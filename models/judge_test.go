@@ -284,6 +284,15 @@ func TestJudgeOverlapReach(t *testing.T) {
 		{"overlap after only the counter was evicted", excl, pair(lock, m(900), m(1200)), counterEvicted, JudgedFail},
 		{"over capacity just after a restart", sem, pair(func() history.Op { return permit("s") }, m(900), m(1200)), restart, JudgedHazard},
 		{"over capacity long after a restart", sem, pair(func() history.Op { return permit("s") }, m(5000), m(5200)), restart, JudgedFail},
+		// Issue 30, rule 1: a lease proven on the server after the loss
+		// survived it; the overlap that follows is no loss's doing.
+		{"overlap with a lease renewed after the restart", excl,
+			new(builder).ok(1, m(900), m(901), lock()).ok(1, m(1150), m(1151), renew("k", 1000)).ok(2, m(1200), m(1201), lock()), restart, JudgedFail},
+		{"overlap with a lease renewed before the restart", excl,
+			new(builder).ok(1, m(900), m(901), lock()).ok(1, m(950), m(951), renew("k", 1000)).ok(2, m(1200), m(1201), lock()), restart, JudgedHazard},
+		{"over capacity with the permit verified after the restart", sem,
+			new(builder).ok(1, m(900), m(901), owned(permit("s"), "p1")).ok(1, m(1150), m(1151), history.Op{F: history.FVerify, Key: "s", Owner: "p1", Value: history.ValueTrue}).
+				ok(2, m(1200), m(1201), permit("s")), restart, JudgedFail},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -367,6 +376,9 @@ func TestJudgeLeaseProtocolReach(t *testing.T) {
 		{"both leases taken long after the restart", new(builder).
 			ok(1, m(5000), m(5001), owned(acq("k", 0, 1000), "a")).
 			ok(2, m(5200), m(5201), owned(acq("k", 0, 1000), "b")), JudgedFail},
+		{"a lease renewed after the restart, a grant within its ttl", renewed(new(builder).
+			ok(1, m(900), m(901), owned(acq("k", 0, 1000), "a")), "a", m(1150), m(1150)).
+			ok(2, m(1200), m(1201), owned(acq("k", 0, 1000), "b")), JudgedFail},
 		{"a lease held across the restart, the conflict seconds after it", renewed(new(builder).
 			ok(1, m(900), m(901), owned(acq("k", 0, 1000), "a")), "a", m(1300), m(5300)).
 			ok(2, m(5400), m(5401), owned(acq("k", 0, 1000), "b")), JudgedFail},

@@ -62,6 +62,20 @@ import (
 // server (verify "false", a renew refused, a release "already_released" once
 // the clean-up ran). Without it, an uncertain renewal changes nothing.
 //
+// For Judge, an owner conflict is a fault's hazard only if the lease whose
+// certain span it falls in, and a wrong denial only if the denied lease, was
+// last proven on the server (granted, renewed ok, verified true) before the
+// loss ended: a lease proven after it survived it, or was written after it
+// (Reach.Since).
+//
+// Equal times are concurrent (history/FORMAT.md): an operation invoked at the
+// instant a certain span starts (a grant's return) may have come before that
+// grant. A release (or a renewal or verification of an owner whose release
+// was invoked by then) at that instant is no conflict: release, then grant;
+// nor is an owner's denial invoked at the instant its own grant returned. A
+// grant at the instant another's span starts still is: one of the two
+// leases was granted while the other held the lock.
+//
 // Releases, renewals and verifications are matched to owners by their owner
 // field, else to the latest acquisition of the same (key, field, proc).
 // O(n log n).
@@ -81,6 +95,7 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 		sEnd    int64
 		hasSpan bool
 		lostAt  int64 // from then on, denials are not checked (see the doc comment's last paragraphs)
+		mayEnd  int64 // the earliest its lease may have ended (first release invocation, earliest expiry, uncertain renewal)
 		proofT  int64 // invocation of the last proof, or -1
 		mode    mode  // exclusive, read or write
 	}
@@ -255,6 +270,7 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 			ow.proofT = lastProof.T
 		}
 		ow.sEnd = min(firstRelInv, lowExp, cutAt)
+		ow.mayEnd = ow.sEnd
 		if lastProof != nil && lastProof.T > ow.sEnd {
 			ow.sEnd = lastProof.T
 		}
@@ -300,9 +316,18 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 			tops[i] = cur
 		}
 		// coveredBy returns another owner whose certain span covers every
-		// instant of [from, to], or -1.
+		// instant of [from, to], or -1. Equal times are concurrent
+		// (history/FORMAT.md): an operation of self at the instant another's
+		// span starts (the grant's return) may come before that grant, and
+		// is no conflict when self's lease may end at that instant too (its
+		// release was invoked by then: release, then grant); a grant at that
+		// instant still is (two leases at once, whichever came first).
 		coveredBy := func(self int, from, to int64) int {
-			i := sort.Search(len(spans), func(i int) bool { return owners[spans[i]].sStart > from }) - 1
+			edge := owners[self].mayEnd <= from
+			i := sort.Search(len(spans), func(i int) bool {
+				s := owners[spans[i]].sStart
+				return s > from || edge && s == from
+			}) - 1
 			if i < 0 {
 				return -1
 			}
@@ -317,9 +342,11 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 			return -1
 		}
 		// reach records where a violation lies, for Judge: the lease state a
-		// fault could have lost was made from since (the earlier
-		// acquisition), the violating operation spans op, and a lost lease
-		// explains what starts within its TTL (+ drift) of the loss.
+		// fault could have lost was last known on the server at since (the
+		// latest proof of presence of the lease whose loss the violation
+		// needs, by the violation: presentBy), the violating operation
+		// spans op, and a lost lease explains what starts within its TTL (+
+		// drift) of the loss.
 		reach := func(kind, key string, since int64, op *history.Operation, ttlMs int64) {
 			ln, horizon := history.Never, history.Never
 			if op.Return != history.Never {
@@ -329,6 +356,21 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 				horizon = addSat(ms(ttlMs), int64(o.Drift))
 			}
 			c.reaches = append(c.reaches, Reach{Kind: kind, Key: key, Since: min(since, op.T), First: op.T, Last: op.T, Len: ln, Horizon: horizon})
+		}
+		// presentBy is the latest instant no later than t at which ow's
+		// lease is known to have been on the server: the invocation of
+		// its latest proof invoked by t, else of its acquisition (issue
+		// 30, rule 1: a fault explains a violation that needs a lease
+		// gone only if it struck after this).
+		presentBy := func(ow *owner, t int64) int64 {
+			at := h.Ops[ow.acq].T
+			i := sort.Search(len(ow.ops), func(i int) bool { return h.Ops[ow.ops[i]].T > t })
+			for i--; i >= 0; i-- {
+				if op := &h.Ops[ow.ops[i]]; proves(op) {
+					return max(at, op.T)
+				}
+			}
+			return at
 		}
 		// ttlOf is the longest ttl of an owner's acquisition and renewals.
 		ttlOf := func(ow *owner) int64 {
@@ -355,7 +397,9 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 				}
 				ot := &owners[other]
 				oa := &h.Ops[ot.acq]
-				reach(KindOwnerConflict, ow.id.String(), min(oa.T, a.T), op, max(ttlOf(ot), ttlOf(ow)))
+				// The lease a fault must have erased is ot's, whose
+				// presence forbids op.
+				reach(KindOwnerConflict, ow.id.String(), presentBy(ot, from), op, max(ttlOf(ot), ttlOf(ow)))
 				if c.full(KindOwnerConflict) {
 					c.skip(KindOwnerConflict, oa, a, op)
 					return
@@ -375,8 +419,8 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 				switch {
 				case proves(op):
 					check(op, max(op.T, a.T), op.Return)
-				case denies(op) && ow.hasSpan && ow.sStart <= op.T && op.Return < ow.sEnd && (op.T < ow.lostAt || ow.mode == modeExclusive && op.Return < ow.proofT):
-					reach(KindWronglyDenied, ow.id.String(), a.T, op, ttlOf(ow))
+				case denies(op) && ow.hasSpan && ow.sStart < op.T && op.Return < ow.sEnd && (op.T < ow.lostAt || ow.mode == modeExclusive && op.Return < ow.proofT):
+					reach(KindWronglyDenied, ow.id.String(), presentBy(ow, op.T), op, ttlOf(ow))
 					if c.full(KindWronglyDenied) {
 						c.skip(KindWronglyDenied, a, op)
 						continue

@@ -166,13 +166,17 @@ type Reach struct {
 	// Key is the limiter (or lock) concerned.
 	Key string `json:"key"`
 	// Since is when the state a fault could have lost was made: the
-	// invocation of the key's first grant (rate limits), of the earlier
-	// lease's acquisition (overlaps, owner conflicts), of the owner's
-	// acquisition (wrong denials), of the earliest permit then held (over
-	// capacity), of the write whose loss would explain a latch answer (the
+	// invocation of the key's first grant (rate limits), of the latest
+	// proof of presence by the violation, else the acquisition, of the
+	// leases or permits it needs gone (overlaps, owner conflicts, wrong
+	// denials, over capacity; see below), of the write whose loss would
+	// explain a latch answer (the
 	// generation's creation, the replacing reset, the count-downs, the
 	// count-down that reached zero), of a leftover entry's last write
 	// (leaks). A fault can only have lost state that existed when it struck.
+	// State proven on the server after it (an ok renewal, a verify true, a
+	// release "released": no script of theirs creates an entry) survived it
+	// or was written after it (issue 30, rule 1).
 	Since int64 `json:"since_ns"`
 	// First and Last are the earliest and latest start of a violating span.
 	First int64 `json:"first_ns"`
