@@ -51,6 +51,16 @@ import (
 // even when a later release finds the lease still there (a lost handle
 // answers verify "false" without asking; its release still asks).
 //
+// Semaphore permits (sem_acquire, sem_acquire_wait) are owners too, each
+// permit its own lease, judged as a read-write lease is: a released or
+// expired permit that answers verify true, renew ok or "released" again is
+// KindAfterEnd (a zombie answer: the permit's own scripts are owner-checked
+// and never re-create a permit); a permit denied inside its own certain span
+// is KindWronglyDenied; owner conflicts do not apply (permits share the
+// semaphore; the semaphore checker judges the grants against the capacity).
+// A permit whose renewal failed with an error or is unknown is surrendered
+// (prim's rule), so its owner's later denials are not checked.
+//
 // With Options.UncertainRenewalReleases (an implementation that, after a
 // renewal whose outcome is unknown, fences it and releases the lease
 // owner-checked in the background, as prim does), such a renewal ends the
@@ -82,12 +92,12 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 		hasSpan bool
 		lostAt  int64 // from then on, denials are not checked (see the doc comment's last paragraphs)
 		proofT  int64 // invocation of the last proof, or -1
-		mode    mode  // exclusive, read or write
+		mode    mode  // exclusive, read, write or permit
 	}
 	nAcq := 0
 	leaseMode := func(f string) (mode, bool) {
 		m, _ := acquireMode(f)
-		return m, m == modeExclusive || m == modeRead || m == modeWrite
+		return m, m == modeExclusive || m == modeRead || m == modeWrite || m == modePermit
 	}
 	for k := range h.Ops {
 		if _, ok := leaseMode(h.Ops[k].F); ok && h.Ops[k].Type != history.Fail {
