@@ -59,7 +59,8 @@ import (
 // is KindWronglyDenied; owner conflicts do not apply (permits share the
 // semaphore; the semaphore checker judges the grants against the capacity).
 // A permit whose renewal failed with an error or is unknown is surrendered
-// (prim's rule), so its owner's later denials are not checked.
+// (prim's rule), so its owner's later denials are not checked; a permit's
+// renewal with ttl_ms 0 may have set no expiry (permitNoExpiry).
 //
 // With Options.UncertainRenewalReleases (an implementation that, after a
 // renewal whose outcome is unknown, fences it and releases the lease
@@ -252,6 +253,9 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 					highExp = history.Never
 				}
 			}
+			if permitNoExpiry(ow.mode, op) {
+				highExp = history.Never
+			}
 		}
 		if a.Type == history.OK {
 			ow.sStart = a.Return
@@ -401,6 +405,15 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 		Plural(nOps, "lease operation"), Plural(len(owners), "owner"), Plural(len(kids), "lock")))
 	r.Elapsed = time.Since(start)
 	return r
+}
+
+// permitNoExpiry reports whether op is a permit's renewal that may have set
+// no expiry (ttl_ms 0, answered ok or unknown: prim renews a permit to
+// NoExpiry): its latest expiry is unknown from then on, so no later proof is
+// after its end by expiry. (A lock's renewal without ttl_ms keeps the
+// acquisition's.)
+func permitNoExpiry(m mode, op *history.Operation) bool {
+	return m == modePermit && op.F == history.FRenew && op.TTLMs == 0 && op.Type != history.Fail
 }
 
 // answer names an operation's result for messages.
