@@ -92,8 +92,9 @@ func Checkers() []Checker {
 			Check:   CheckReadWrite,
 		},
 		{
-			Name:    "semaphore",
-			Doc:     "sem_acquire (+_wait) with n and capacity: at most capacity permits' windows open at once.",
+			Name: "semaphore",
+			Doc: "sem_acquire (+_wait) with n and capacity: while a permit's window is open, no more permits' windows are\n" +
+				"open than the capacity its own acquisition recorded (or --capacity); a key with none recorded: UNKNOWN.",
 			Applies: hasF(history.FSemAcquire, history.FSemAcquireWait),
 			Check:   CheckSemaphore,
 		},
