@@ -297,14 +297,14 @@ func (b *capBound) min() int64 {
 // when the open windows recorded different ones, which permit holds the
 // lowest and every capacity recorded (the conflict).
 func overCapacityMsg(h *history.History, hs []hold, open []int32, capOf []int64, held, t, limit int64, caps capBound) string {
-	if len(caps.n) < 2 {
-		return fmt.Sprintf("%s held at %s, capacity %d", Plural(held, "permit"), fmtT(t), limit)
-	}
 	by := int32(-1)
 	for _, k := range open {
 		if capOf[k] == limit && (by < 0 || k < by) {
 			by = k
 		}
+	}
+	if len(caps.n) < 2 || by < 0 {
+		return fmt.Sprintf("%s held at %s, capacity %d", Plural(held, "permit"), fmtT(t), limit)
 	}
 	a := &h.Ops[hs[by].acq]
 	who := fmt.Sprintf("proc %d's acquisition", a.Process)
