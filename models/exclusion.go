@@ -3,6 +3,7 @@ package models
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -173,9 +174,18 @@ func holdOps(h *history.History, hs ...*hold) []*history.Operation {
 
 // CheckSemaphore checks that at no instant more than capacity permits of a
 // semaphore (sem_acquire, sem_acquire_wait; n permits each, default 1) have
-// open validity windows. The capacity is Options.Capacity when positive,
-// else the largest capacity field recorded for that key; a key with neither
-// is UNKNOWN. O(n log n): sort window starts and ends, sweep (ends before
+// open validity windows. The capacity is Options.Capacity when positive;
+// else each permit is held to the capacity its own acquisition recorded:
+// while its window is open, at most that many permits are, whatever the
+// other permits recorded (never the largest capacity seen: a permit taken
+// with capacity 2 beside live ones taken with 3 makes the third permit over
+// its own capacity, and a permit taken with 3 beside a live one taken with 1
+// puts two permits over the first one's). A correct semaphore refuses another
+// capacity while permits are live (prim: ErrCapacityMismatch), so live
+// permits of different capacities only meet after a fault lost some; the
+// evidence then names the capacities the live permits recorded. A permit
+// that recorded no capacity bounds nothing itself; a key where none did is
+// UNKNOWN. O(n log n): sort window starts and ends, sweep (ends before
 // starts at equal times: windows are half-open).
 // Uncertain acquisitions proven later hold from their proof, as in
 // CheckExclusion. Permits over capacity are a fault's hazard (Judge) only if
@@ -188,13 +198,7 @@ func CheckSemaphore(h *history.History, o Options) Result {
 	set := buildHolds(h, drift, func(m mode) bool { return m == modePermit }, o.UncertainRenewalReleases)
 	hs := set.holds
 	c := newCollector(o)
-	capacity := make(map[lockID]int64)
-	for k := range h.Ops {
-		op := &h.Ops[k]
-		if m, _ := acquireMode(op.F); m == modePermit && op.Capacity > capacity[idOf(op)] {
-			capacity[idOf(op)] = op.Capacity
-		}
-	}
+	capOf := permitCapacities(h, hs, o)
 	idx := sortedByID(hs)
 	type event struct {
 		t    int64
@@ -206,11 +210,7 @@ func CheckSemaphore(h *history.History, o Options) Result {
 		if len(events) == 0 {
 			return
 		}
-		limit := o.Capacity
-		if limit <= 0 {
-			limit = capacity[id]
-		}
-		if limit <= 0 {
+		if !slices.ContainsFunc(events, func(e event) bool { return capOf[e.hold] > 0 }) {
 			c.undecided(id.String(), "no capacity recorded (capacity field) or given (Options.Capacity)")
 			events = events[:0]
 			return
@@ -223,12 +223,15 @@ func CheckSemaphore(h *history.History, o Options) Result {
 		})
 		var held int64
 		over := false
+		var caps capBound // the capacities of the open windows
 		// The open windows, kept by the sweep (where each sits in it, for
 		// removal): an episode reads them without scanning every hold.
 		var open []int32
 		pos := map[int32]int{}
 		for _, e := range events {
 			held += e.w
+			caps.add(capOf[e.hold], e.w > 0)
+			limit := caps.min()
 			if e.w > 0 {
 				pos[e.hold] = len(open)
 				open = append(open, e.hold)
@@ -238,7 +241,7 @@ func CheckSemaphore(h *history.History, o Options) Result {
 				open = open[:len(open)-1]
 				delete(pos, e.hold)
 			}
-			if held > limit && !over {
+			if limit > 0 && held > limit && !over {
 				over = true
 				horizon := int64(0)
 				for _, k := range open {
@@ -263,7 +266,7 @@ func CheckSemaphore(h *history.History, o Options) Result {
 				if len(ops) > 2*int(limit)+4 {
 					ops = ops[:2*int(limit)+4]
 				}
-				c.failAt(KindOverCapacity, id.String(), e.t, fmt.Sprintf("%s held at %s, capacity %d", Plural(held, "permit"), fmtT(e.t), limit), ops...)
+				c.failAt(KindOverCapacity, id.String(), e.t, overCapacityMsg(h, hs, open, capOf, held, e.t, limit, caps), ops...)
 			} else if held <= limit {
 				over = false
 			}
@@ -311,4 +314,71 @@ func lostSince(h *history.History, set *holdSet, open []int32, grant int32, t, e
 		}
 	}
 	return history.Never
+}
+
+// permitCapacities returns the capacity each permit window is held to (by
+// index in hs): Options.Capacity when positive, else the capacity its own
+// acquisition recorded (0: none).
+func permitCapacities(h *history.History, hs []hold, o Options) []int64 {
+	caps := make([]int64, len(hs))
+	for k := range hs {
+		caps[k] = h.Ops[hs[k].acq].Capacity
+		if o.Capacity > 0 {
+			caps[k] = o.Capacity
+		}
+	}
+	return caps
+}
+
+// capBound is the multiset of the positive capacities of a semaphore's open
+// permit windows (few distinct values: one, unless capacities conflict).
+type capBound struct{ n map[int64]int }
+
+// add counts a window's capacity in (open) or out.
+func (b *capBound) add(c int64, open bool) {
+	if c <= 0 {
+		return
+	}
+	if b.n == nil {
+		b.n = map[int64]int{}
+	}
+	if open {
+		b.n[c]++
+	} else if b.n[c]--; b.n[c] <= 0 {
+		delete(b.n, c)
+	}
+}
+
+// min is the lowest capacity of the open windows, 0 when none records one.
+func (b *capBound) min() int64 {
+	var m int64
+	for c := range b.n {
+		if m == 0 || c < m {
+			m = c
+		}
+	}
+	return m
+}
+
+// overCapacityMsg describes held permits above limit at t: the capacity, and
+// when the open windows recorded different ones, which permit holds the
+// lowest and every capacity recorded (the conflict).
+func overCapacityMsg(h *history.History, hs []hold, open []int32, capOf []int64, held, t, limit int64, caps capBound) string {
+	by := int32(-1)
+	for _, k := range open {
+		if capOf[k] == limit && (by < 0 || k < by) {
+			by = k
+		}
+	}
+	if len(caps.n) < 2 || by < 0 {
+		return fmt.Sprintf("%s held at %s, capacity %d", Plural(held, "permit"), fmtT(t), limit)
+	}
+	a := &h.Ops[hs[by].acq]
+	who := fmt.Sprintf("proc %d's acquisition", a.Process)
+	if a.Owner != "" {
+		who += " of permit " + a.Owner
+	}
+	recorded := slices.Sorted(maps.Keys(caps.n))
+	return fmt.Sprintf("%s held at %s, above capacity %d, which %s recorded at %s; the live permits recorded capacities %v (the capacity changed while permits were live: each permit is held to its own)",
+		Plural(held, "permit"), fmtT(t), limit, who, fmtT(a.T), recorded)
 }

@@ -51,6 +51,17 @@ import (
 // even when a later release finds the lease still there (a lost handle
 // answers verify "false" without asking; its release still asks).
 //
+// Semaphore permits (sem_acquire, sem_acquire_wait) are owners too, each
+// permit its own lease, judged as a read-write lease is: a released or
+// expired permit that answers verify true, renew ok or "released" again is
+// KindAfterEnd (a zombie answer: the permit's own scripts are owner-checked
+// and never re-create a permit); a permit denied inside its own certain span
+// is KindWronglyDenied; owner conflicts do not apply (permits share the
+// semaphore; the semaphore checker judges the grants against the capacity).
+// A permit whose renewal failed with an error or is unknown is surrendered
+// (prim's rule), so its owner's later denials are not checked; a permit's
+// renewal with ttl_ms 0 may have set no expiry (permitNoExpiry).
+//
 // With Options.UncertainRenewalReleases (an implementation that, after a
 // renewal whose outcome is unknown, fences it and releases the lease
 // owner-checked in the background, as prim does), such a renewal ends the
@@ -97,12 +108,12 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 		lostAt  int64 // from then on, denials are not checked (see the doc comment's last paragraphs)
 		mayEnd  int64 // the earliest its lease may have ended (first release invocation, earliest expiry, uncertain renewal)
 		proofT  int64 // invocation of the last proof, or -1
-		mode    mode  // exclusive, read or write
+		mode    mode  // exclusive, read, write or permit
 	}
 	nAcq := 0
 	leaseMode := func(f string) (mode, bool) {
 		m, _ := acquireMode(f)
-		return m, m == modeExclusive || m == modeRead || m == modeWrite
+		return m, m == modeExclusive || m == modeRead || m == modeWrite || m == modePermit
 	}
 	for k := range h.Ops {
 		if _, ok := leaseMode(h.Ops[k].F); ok && h.Ops[k].Type != history.Fail {
@@ -256,6 +267,9 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 				case op.Type == history.Info:
 					highExp = history.Never
 				}
+			}
+			if permitNoExpiry(ow.mode, op) {
+				highExp = history.Never
 			}
 		}
 		if a.Type == history.OK {
@@ -435,6 +449,15 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 		Plural(nOps, "lease operation"), Plural(len(owners), "owner"), Plural(len(kids), "lock")))
 	r.Elapsed = time.Since(start)
 	return r
+}
+
+// permitNoExpiry reports whether op is a permit's renewal that may have set
+// no expiry (ttl_ms 0, answered ok or unknown: prim renews a permit to
+// NoExpiry): its latest expiry is unknown from then on, so no later proof is
+// after its end by expiry. (A lock's renewal without ttl_ms keeps the
+// acquisition's.)
+func permitNoExpiry(m mode, op *history.Operation) bool {
+	return m == modePermit && op.F == history.FRenew && op.TTLMs == 0 && op.Type != history.Fail
 }
 
 // answer names an operation's result for messages.

@@ -73,9 +73,9 @@ func Checkers() []Checker {
 			Doc: "acquire, acquire_wait, renew, verify, release with owner: one lease state per lock; no grant or\n" +
 				"proof (ok renew, release \"released\", verify true) inside another owner's certain span, none after\n" +
 				"the lease certainly ended (released twice, renewed after expiry), no \"not held\" inside its own;\n" +
-				"acquire_read, acquire_write: the last two rules, per owner.",
+				"acquire_read, acquire_write, sem_acquire (each permit): the last two rules, per owner.",
 			Applies: hasF(history.FAcquire, history.FAcquireWait, history.FAcquireRead, history.FAcquireWrite,
-				history.FAcquireReadWait, history.FAcquireWriteWait),
+				history.FAcquireReadWait, history.FAcquireWriteWait, history.FSemAcquire, history.FSemAcquireWait),
 			Check: CheckLeaseProtocol,
 		},
 		{
@@ -92,8 +92,9 @@ func Checkers() []Checker {
 			Check:   CheckReadWrite,
 		},
 		{
-			Name:    "semaphore",
-			Doc:     "sem_acquire (+_wait) with n and capacity: at most capacity permits' windows open at once.",
+			Name: "semaphore",
+			Doc: "sem_acquire (+_wait) with n and capacity: while a permit's window is open, no more permits' windows are\n" +
+				"open than the capacity its own acquisition recorded (or --capacity); a key with none recorded: UNKNOWN.",
 			Applies: hasF(history.FSemAcquire, history.FSemAcquireWait),
 			Check:   CheckSemaphore,
 		},

@@ -23,7 +23,13 @@ import (
 // sometimes renews and verifies it, and releases it. Every acquisition is
 // recorded with the semaphore's capacity and its weight (one permit), so
 // the semaphore checker (models.CheckSemaphore) holds the permits' validity
-// windows to "never more than capacity live at once". The leak step reads
+// windows to "never more than capacity live at once", and lease-protocol
+// holds each permit's renew, verify and release answers to its own lease (no
+// "held" after it was released or certainly expired, no "not held" while it
+// certainly lasted). A holder that renews its permit keeps its keep-alive
+// running a moment too long: once more after the release (a renewal and a
+// verification racing the release, as a background renewer's does), which a
+// released permit must refuse. The leak step reads
 // what is left of the semaphore once every permit's TTL has elapsed, and
 // the run reports prim's count of abandoned background clean-ups
 // (prim.cleanup.abandoned, Outcome.Counters).
@@ -97,7 +103,8 @@ func semWorkload(stall float64, stallFor func(ttl time.Duration) time.Duration, 
 			if renews && !stalls && !forever {
 				env.renewVerify(ctx, proc, p, history.Op{Key: semKey, Owner: p.Owner()})
 			}
-			if !env.release(ctx, proc, history.Op{Key: semKey, Owner: p.Owner()}, p.Release) {
+			released := env.release(ctx, proc, history.Op{Key: semKey, Owner: p.Owner()}, p.Release)
+			if !released {
 				// As a service does after a release that failed: Close
 				// releases best-effort, then in the background.
 				if c, ok := p.(interface{ Close() error }); ok {
@@ -105,6 +112,11 @@ func semWorkload(stall float64, stallFor func(ttl time.Duration) time.Duration, 
 				}
 			}
 			env.holding.set(proc, false)
+			if released && renews && !forever && ctx.Err() == nil {
+				// The late keep-alive: renew and verify the released permit
+				// (both must answer "not held").
+				env.renewVerify(ctx, proc, p, history.Op{Key: semKey, Owner: p.Owner()})
+			}
 			sleep(ctx, pause)
 		}
 	}
@@ -112,13 +124,16 @@ func semWorkload(stall float64, stallFor func(ttl time.Duration) time.Duration, 
 
 // semProps is the family's properties: the capacity checker (which may show
 // over-capacity as the hazard of a fault that loses or expires permits),
+// lease-protocol (which may show a lost permit denied to its holder there),
 // and the scenario's own checks.
 func semProps(hazard bool, extra ...string) []Property {
 	p := Property{Checker: "semaphore"}
+	lp := Property{Checker: "lease-protocol"}
 	if hazard {
 		p.Expect, p.Hazards = MayHazard, []string{models.KindOverCapacity}
+		lp.Expect = MayHazard
 	}
-	out := []Property{p}
+	out := []Property{p, lp}
 	for _, e := range extra {
 		out = append(out, Property{Checker: e})
 	}

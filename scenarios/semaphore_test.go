@@ -21,7 +21,8 @@ var semHazards = map[string]bool{
 // TestSemaphoreScenarios runs every semaphore scenario briefly with prim:
 // the capacity must hold where it must, a HAZARD only with a proven effect
 // and over-capacity evidence marked as the hazard, never a FAIL or an
-// UNKNOWN; every property but the hazards' PASSes, and the run reports
+// UNKNOWN (lease-protocol's hazard: a lost permit denied to its holder);
+// every property but the hazards' PASSes, and the run reports
 // prim's abandoned clean-ups.
 func TestSemaphoreScenarios(t *testing.T) {
 	ss, _ := scenarios.Match([]string{"semaphore"})
@@ -56,6 +57,13 @@ func TestSemaphoreScenarios(t *testing.T) {
 					for _, e := range r.Result.Evidence {
 						if !e.Hazard || e.Kind != "over-capacity" || len(e.Ops) == 0 {
 							t.Fatalf("%s: the hazard's evidence is not an over-capacity instant marked as the hazard: %+v", s.Name, e)
+						}
+					}
+				case r.Verdict == scenarios.Hazard && r.Checker == "lease-protocol" && semHazards[s.Name]:
+					// A lost permit answers "not held" to its holder.
+					for _, e := range r.Result.Evidence {
+						if !e.Hazard || e.Kind != "wrongly-denied" || len(e.Ops) == 0 {
+							t.Fatalf("%s: the hazard's evidence is not a lost permit's denial marked as the hazard: %+v", s.Name, e)
 						}
 					}
 				default:

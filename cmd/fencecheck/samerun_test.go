@@ -35,7 +35,8 @@ func coordtortureExit(v scenarios.Verdict) int {
 // coordtorture does, and checks them with fencecheck: from the header it must
 // reach the run's verdict for every property and overall, and the run's exit
 // status. A restart without persistence shows its hazard (HAZARD, exit 0); a
-// resource that ignores tokens FAILs. Without its header the hazard's history
+// resource that ignores tokens FAILs, and so does a semaphore renewing a
+// released permit. Without its header the hazard's history
 // is FAIL: the header is what carries the run's expectations.
 func TestSameVerdictAsTheRun(t *testing.T) {
 	if testing.Short() {
@@ -52,6 +53,8 @@ func TestSameVerdictAsTheRun(t *testing.T) {
 	}{
 		{"fenced-lock/kill-restart-noaof", "prim", 1, scenarios.Hazard},
 		{"fenced-lock/pause-client", "mutant-resource-ignores-tokens", 5, scenarios.Fail},
+		// lease-protocol judges the semaphore's answers in both.
+		{"semaphore/baseline", "mutant-semaphore-renew-recreates", 1, scenarios.Fail},
 	} {
 		t.Run(tc.impl+"/"+tc.scenario, func(t *testing.T) {
 			ss, err := scenarios.Match([]string{tc.scenario})

@@ -15,7 +15,8 @@ import (
 )
 
 // Semaphore mutants, run by the semaphore scenarios (scenarios.SemImpl):
-// each breaks "never more than capacity live permits". Their semaphore is a
+// three break "never more than capacity live permits"; one answers for a
+// permit that is gone, which lease-protocol catches. Their semaphore is a
 // sorted set of owner tokens scored with server-time deadlines (ms), as
 // prim's, without the capacity member.
 
@@ -23,6 +24,7 @@ func init() {
 	scenarios.RegisterSemImpl(PruneNotAtomic{})
 	scenarios.RegisterSemImpl(SemRelease{})
 	scenarios.RegisterSemImpl(NoExpiryExpires{})
+	scenarios.RegisterSemImpl(RenewRecreates{})
 }
 
 func semOwner() string {
@@ -101,6 +103,17 @@ local top = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
 if top[2] == 'inf' then redis.call('PERSIST', KEYS[1]) else redis.call('PEXPIRE', KEYS[1], 10000) end
 return 1`)
 
+// semRenewBlind sets the caller's permit's deadline without looking: a
+// released or expired permit is created again (RenewRecreates' bug).
+var semRenewBlind = redis.NewScript(`
+local tm = redis.call('TIME')
+local now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)
+local score = '+inf'
+if ARGV[2] ~= '0' then score = now + tonumber(ARGV[2]) end
+redis.call('ZADD', KEYS[1], score, ARGV[1])
+redis.call('PEXPIRE', KEYS[1], 10000)
+return 1`)
+
 // semVerify reports whether the caller's own permit is live.
 var semVerify = redis.NewScript(`
 local tm = redis.call('TIME')
@@ -158,12 +171,14 @@ func (s SemRelease) TryAcquire(ctx context.Context, c redis.UniversalClient, key
 }
 
 // semPermit is a mutant's permit: owner-checked renewal and verification;
-// its release removes its own permit, or any permit (any).
+// its release removes its own permit, or any permit (any); its renewal
+// checks nothing (blind: RenewRecreates).
 type semPermit struct {
 	c     redis.UniversalClient
 	key   string
 	owner string
 	any   bool
+	blind bool
 }
 
 func (p *semPermit) Owner() string { return p.owner }
@@ -173,7 +188,11 @@ func (p *semPermit) Renew(ctx context.Context, ttl time.Duration) (bool, error) 
 	if ttl != prim.NoExpiry {
 		ms = ttl.Milliseconds()
 	}
-	n, err := semRenew.Run(ctx, p.c, []string{p.key}, p.owner, ms).Int64()
+	script := semRenew
+	if p.blind {
+		script = semRenewBlind
+	}
+	n, err := script.Run(ctx, p.c, []string{p.key}, p.owner, ms).Int64()
 	return n == 1, err
 }
 
@@ -213,4 +232,27 @@ func (NoExpiryExpires) TryAcquire(ctx context.Context, c redis.UniversalClient, 
 		ttl = time.Minute
 	}
 	return SemRelease{OwnerChecked: true}.TryAcquire(ctx, c, key, capacity, ttl)
+}
+
+// RenewRecreates is the correct semaphore (SemRelease with an owner-checked
+// release) whose renewal sets the permit's deadline without checking that
+// the permit is still there (ZADD without XX): renewing a released or
+// expired permit answers "renewed" and creates it again, and the
+// verification that follows finds it, so a holder is told it holds a permit
+// it released. lease-protocol FAILs it with a renewal and a verification
+// answered "held" after the permit was released (after-end).
+type RenewRecreates struct{}
+
+// Name implements scenarios.SemImpl.
+func (RenewRecreates) Name() string { return "mutant-semaphore-renew-recreates" }
+
+// TryAcquire implements scenarios.SemImpl.
+func (RenewRecreates) TryAcquire(ctx context.Context, c redis.UniversalClient, key string, capacity int, ttl time.Duration) (scenarios.SemPermit, error) {
+	p, err := SemRelease{OwnerChecked: true}.TryAcquire(ctx, c, key, capacity, ttl)
+	if err != nil {
+		return nil, err
+	}
+	sp := p.(*semPermit)
+	sp.blind = true
+	return sp, nil
 }

@@ -55,6 +55,35 @@ func TestSemaphoreMutantsFail(t *testing.T) {
 	}
 }
 
+// TestSemaphoreRenewMutantFails: a semaphore whose renewal re-creates a
+// released permit answers the holder's late keep-alive "renewed" and its
+// verification "held" after the release: lease-protocol FAILs
+// semaphore/baseline with a proof after the permit was released (before
+// issue 30 no checker read the semaphore's answers), where the correct
+// semaphore it breaks and prim pass.
+func TestSemaphoreRenewMutantFails(t *testing.T) {
+	var lp *scenarios.PropertyResult
+	for seed := int64(1); seed <= 3 && (lp == nil || lp.Verdict != scenarios.Fail); seed++ {
+		out := runSemScenario(t, "semaphore/baseline", "mutant-semaphore-renew-recreates", seed)
+		lp = nil
+		for k := range out.Results {
+			if out.Results[k].Checker == "lease-protocol" {
+				lp = &out.Results[k]
+			}
+		}
+	}
+	if lp == nil || lp.Verdict != scenarios.Fail || lp.Result.Kinds["after-end"] == 0 || len(lp.Result.Evidence) == 0 ||
+		!strings.Contains(lp.Result.Evidence[0].Msg, "after it was released") {
+		t.Fatalf("mutant-semaphore-renew-recreates on semaphore/baseline: not flagged with an answer after the release: %+v", lp)
+	}
+	t.Logf("mutant-semaphore-renew-recreates: %s", lp.Result.Evidence[0].Msg)
+	for _, impl := range []string{"reference-semaphore-owner-checked-release", "prim"} {
+		if out := runSemScenario(t, "semaphore/baseline", impl, 1); out.Verdict != scenarios.Pass {
+			t.Fatalf("%s on semaphore/baseline: %s, want PASS", impl, out.Verdict)
+		}
+	}
+}
+
 // runSemScenario runs a semaphore scenario on a real server with impl and
 // seed.
 func runSemScenario(t *testing.T, name, impl string, seed int64) *scenarios.Outcome {
