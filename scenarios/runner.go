@@ -531,6 +531,13 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	go func() { // the nemesis
 		defer wg.Done()
 		for _, ev := range events {
+			if wctx.Err() != nil {
+				// An event that outran the run (a confirmation the run's end
+				// cut short, carried on) leaves the rest unrun: without this,
+				// the select below picks at random between the end and a
+				// timer already due.
+				return
+			}
 			t := time.NewTimer(time.Until(start.Add(ev.At)))
 			select {
 			case <-wctx.Done():
