@@ -92,7 +92,9 @@ func leakScanAt(h *history.History, healed time.Duration, ttl, drift time.Durati
 // say they are primaries: after a failover the run's end cut short, a node
 // may be mid-promotion or mid-demotion, and a replica's data is what a later
 // promotion serves. A replica is read once its link to its primary is up
-// (5s at most: a heal just let it resync), a cluster replica with READONLY.
+// (5s at most: a heal just let it resync; past that it is read all the
+// same, and named "n2 (replica, its link to its primary down)"), a cluster
+// replica with READONLY.
 // Keys and fields are read one by one, so a logically expired one is never
 // counted, whatever the server's active expiry (a replica answers a key or
 // field past its expiry as absent too). Semaphore permits whose owner is in
@@ -113,7 +115,9 @@ func (e *Env) scanLeaks(ctx context.Context, proc int, key string, kept map[stri
 			name := n.Name
 			if len(role) == 0 || role[0] != "master" {
 				name += " (replica)"
-				replicaLinkUp(ctx, a, 5*time.Second)
+				if !replicaLinkUp(ctx, a, 5*time.Second) {
+					name = n.Name + " (replica, its link to its primary down)"
+				}
 				if e.Topo.Kind == testbed.KindCluster {
 					ro := readOnlyClient(a)
 					defer ro.Close()
@@ -152,14 +156,15 @@ func (e *Env) scanLeaks(ctx context.Context, proc int, key string, kept map[stri
 }
 
 // replicaLinkUp waits, up to limit, until the replica a says its link to
-// its primary is up (master_link_status:up).
-func replicaLinkUp(ctx context.Context, a *redis.Client, limit time.Duration) {
+// its primary is up (master_link_status:up), and reports whether it did.
+func replicaLinkUp(ctx context.Context, a *redis.Client, limit time.Duration) bool {
 	for end := time.Now().Add(limit); time.Now().Before(end) && ctx.Err() == nil; sleep(ctx, 50*time.Millisecond) {
 		info, err := a.Info(ctx, "replication").Result()
 		if err == nil && strings.Contains(info, "master_link_status:up") {
-			return
+			return true
 		}
 	}
+	return false
 }
 
 // readOnlyClient is a client with a's options whose connections say
