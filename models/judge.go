@@ -100,8 +100,11 @@ func (p Property) HazardKinds() []string {
 // they are FAIL whatever a property says: a resource accepting a stale
 // write (its own defence failed), a seq order contradicting real time, a
 // non-positive token, a phantom or unknown owner, a latch counted below zero
-// (every decrement checks the count: no lost write lets one underflow).
-var NeverHazard = []string{KindStaleWrite, KindSeqOrder, KindBadToken, KindPhantomOwner, KindUnknownOwner, KindLatchUnderflow}
+// (every decrement checks the count: no lost write lets one underflow) or
+// counted down more than once by one call (a lost write can only leave a
+// count higher, never lower).
+var NeverHazard = []string{KindStaleWrite, KindSeqOrder, KindBadToken, KindPhantomOwner, KindUnknownOwner, KindLatchUnderflow,
+	KindLatchDecrementedTwice}
 
 // Judgement is a property's verdict in a scenario run: its checker's Verdict
 // read under the property's Expectation, or the worst of a run's.

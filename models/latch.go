@@ -10,6 +10,13 @@ import (
 	"github.com/coordtorture/coordtorture/history"
 )
 
+// KindLatchDecrementedTwice is a count-down whose answer needs more
+// decrements than count-downs had been invoked, or none at all: one call
+// applied twice (or not at all). Like KindLatchUnderflow it is never a
+// hazard (NeverHazard): a lost write can only leave a count higher, never
+// lower, and a generation's id is never reused.
+const KindLatchDecrementedTwice = "latch-decremented-twice"
+
 func isLatchOp(f string) bool {
 	switch f {
 	case history.FLatchCreate, history.FLatchReset, history.FLatchJoin, history.FLatchCountDown,
@@ -32,6 +39,7 @@ type latchGen struct {
 	// count-downs of this generation: invocations of those that may have
 	// decremented (ok with count ≥ 0, info), returns of the ok ones.
 	mayInv   []int64
+	infoInv  []int64 // invocations of info count-downs (see mayInv)
 	okRet    []int64
 	zeroInvs []int64 // invocations of ok count-downs that returned 0
 	zeroRets []int64 // returns of ok count-downs that returned 0
@@ -39,18 +47,31 @@ type latchGen struct {
 
 // CheckLatch checks countdown latches, per key and generation (gen):
 //
-//   - no underflow: a count-down returns −1 or a remaining count in
-//     [0, initial count − 1];
+//   - no underflow: a count-down returns −1 or a remaining count ≥ 0
+//     (KindLatchUnderflow, never a hazard: every decrement checks the
+//     count);
 //   - each call decrements once: reaching remaining r needs initial − r
-//     count-downs invoked before it returned; r cannot stay above
-//     initial − 1 − (count-downs completed before it was invoked); no two
-//     count-downs return the same r ≥ 1;
+//     count-downs that may have decremented invoked before it returned, and
+//     r < initial (KindLatchDecrementedTwice, never a hazard: a lost write
+//     can only leave a count higher, and a generation's id is never
+//     reused); r cannot stay above initial − 1 − (count-downs completed
+//     before it was invoked), and no two count-downs return the same r ≥ 1
+//     (KindLatch: a lost decrement, which a lost write explains);
+//   - an uncertain count-down (info) invoked after its generation was
+//     certainly replaced found another generation, or none: it cannot have
+//     decremented this one, and counts toward no answer of it;
+//   - a replacement replaces only the generations before it (repIndex): a
+//     reset or delete may end generation g only if it did not return before
+//     g's creation was invoked, and certainly ended it at its return only if
+//     it took effect (ok) and was invoked after g's creation returned;
 //   - signals to a replaced generation return −1: a count-down invoked after
-//     a reset with a larger gen (or a delete) returned must return −1, and −1
-//     only when such a reset or delete may have happened before it returned;
+//     its generation was certainly replaced must return −1, and −1 only when
+//     a replacement may have ended it before it returned (a delete or reset
+//     of an earlier generation does not);
 //   - Wait returns true only after the count reached 0 in that generation (a
 //     count-down of it returned 0, or enough were invoked), and false only
-//     when the generation may have been replaced or deleted;
+//     when the generation may have been replaced or deleted (as above: a
+//     delete or reset before its creation does not count);
 //   - no lost or late completion: a wait that ended unanswered (fail: its
 //     own deadline passed), or answered true (false), did so within
 //     Options.WakeBound of its invocation or of the instant its generation
@@ -97,12 +118,6 @@ func CheckLatch(h *history.History, o Options) Result {
 	fail := func(kind string, g *latchGen, op *history.Operation, msg string, ops ...*history.Operation) {
 		failSince(kind, g.first, op, msg, ops...)
 	}
-	type replacement struct {
-		gen      int64 // gen created; 0 with anyGen
-		anyGen   bool  // unknown outcome or a delete: may replace every generation
-		t, ret   int64
-		definite bool
-	}
 	reps := make(map[string][]replacement)
 	n := 0
 	for k := range h.Ops {
@@ -130,13 +145,17 @@ func CheckLatch(h *history.History, o Options) Result {
 			}
 		case history.FLatchDelete:
 			if op.Type != history.Fail {
-				reps[op.Key] = append(reps[op.Key], replacement{anyGen: true, t: op.T, ret: op.Return, definite: op.Type == history.OK})
+				ret := op.Return
+				if op.Type == history.Info {
+					ret = history.Never
+				}
+				reps[op.Key] = append(reps[op.Key], replacement{anyGen: true, t: op.T, ret: ret, definite: op.Type == history.OK})
 			}
 		case history.FLatchCountDown:
 			g := get(op.Key, op.Gen)
 			switch {
 			case op.Type == history.Info:
-				g.mayInv = append(g.mayInv, op.T)
+				g.infoInv = append(g.infoInv, op.T)
 			case op.Type == history.OK && op.Count >= 0:
 				g.mayInv = append(g.mayInv, op.T)
 				g.okRet = append(g.okRet, op.Return)
@@ -147,59 +166,21 @@ func CheckLatch(h *history.History, o Options) Result {
 			}
 		}
 	}
-	// When each generation may have been / certainly was replaced: per key,
-	// replacements sorted by gen with suffix minima, deletes (and resets of
-	// unknown outcome) sorted by invocation with suffix minima.
-	type repIndex struct {
-		gens         []int64
-		sufT, sufRet []int64 // over resets with gen ≥ gens[n]
-		anyT         int64   // earliest invocation of an any-gen replacement
-		delT, delRet []int64 // definite deletes by invocation; suffix min of returns
-	}
+	// When each generation may have been / certainly was replaced.
 	index := make(map[string]*repIndex, len(reps))
 	for key, rs := range reps {
-		ix := &repIndex{anyT: history.Never}
-		var defs, dels []replacement
-		for _, r := range rs {
-			switch {
-			case r.anyGen:
-				ix.anyT = min(ix.anyT, r.t)
-				if r.definite {
-					dels = append(dels, r)
-				}
-			default:
-				defs = append(defs, r)
-			}
-		}
-		slices.SortFunc(defs, func(a, b replacement) int { return cmpInt(a.gen, b.gen) })
-		ix.gens = make([]int64, len(defs))
-		ix.sufT = make([]int64, len(defs)+1)
-		ix.sufRet = make([]int64, len(defs)+1)
-		ix.sufT[len(defs)], ix.sufRet[len(defs)] = history.Never, history.Never
-		for n := len(defs) - 1; n >= 0; n-- {
-			ix.gens[n] = defs[n].gen
-			ix.sufT[n] = min(ix.sufT[n+1], defs[n].t)
-			ix.sufRet[n] = min(ix.sufRet[n+1], defs[n].ret)
-		}
-		slices.SortFunc(dels, func(a, b replacement) int { return cmpInt(a.t, b.t) })
-		ix.delT = make([]int64, len(dels))
-		ix.delRet = make([]int64, len(dels)+1)
-		ix.delRet[len(dels)] = history.Never
-		for n := len(dels) - 1; n >= 0; n-- {
-			ix.delT[n] = dels[n].t
-			ix.delRet[n] = min(ix.delRet[n+1], dels[n].ret)
-		}
-		index[key] = ix
+		index[key] = newRepIndex(rs)
 	}
 	for gk, g := range gens {
 		if ix := index[gk.key]; ix != nil {
-			m := sort.Search(len(ix.gens), func(n int) bool { return ix.gens[n] > gk.gen })
-			g.mayReplace = min(ix.sufT[m], ix.anyT)
-			g.replaced = ix.sufRet[m]
-			if g.created != nil {
-				// A delete replaces g for sure only if g existed by then.
-				d := sort.Search(len(ix.delT), func(n int) bool { return ix.delT[n] > g.created.Return })
-				g.replaced = min(g.replaced, ix.delRet[d])
+			g.mayReplace, g.replaced = ix.replacement(gk.gen, g.created)
+		}
+		// An uncertain count-down invoked after its generation was
+		// certainly replaced found another generation (or none) in its
+		// place: it cannot have decremented this one.
+		for _, t := range g.infoInv {
+			if t <= g.replaced {
+				g.mayInv = append(g.mayInv, t)
 			}
 		}
 		slices.Sort(g.mayInv)
@@ -256,11 +237,11 @@ func CheckLatch(h *history.History, o Options) Result {
 		}
 		if g.known {
 			if r >= g.count && !(r == 0 && g.count == 0) {
-				fail(KindLatch, g, op, fmt.Sprintf("count-down of generation %d (initial count %d) returned %d: no decrement", op.Gen, g.count, r), g.created, op)
+				fail(KindLatchDecrementedTwice, g, op, fmt.Sprintf("count-down of generation %d (initial count %d) returned %d: no decrement", op.Gen, g.count, r), g.created, op)
 				continue
 			}
 			if inv := int64(countLE(g.mayInv, op.Return)); inv < g.count-r {
-				fail(KindLatch, g, op, fmt.Sprintf("count-down of generation %d returned %d (initial count %d) when at most %s had been invoked: decremented more than once",
+				fail(KindLatchDecrementedTwice, g, op, fmt.Sprintf("count-down of generation %d returned %d (initial count %d) when at most %s had been invoked: decremented more than once",
 					op.Gen, r, g.count, Plural(inv, "count-down")), g.created, op)
 				continue
 			}
@@ -340,6 +321,140 @@ func CheckLatch(h *history.History, o Options) Result {
 }
 
 func cmpInt(a, b int64) int { return cmp.Compare(a, b) }
+
+// replacement is a write that may put another generation in a latch key's
+// place: an ok create or reset (gen: the generation it made), a reset of
+// unknown outcome or a delete (anyGen: it may end whatever generation is
+// there).
+type replacement struct {
+	gen      int64 // gen created; 0 with anyGen
+	anyGen   bool  // unknown outcome or a delete: may replace every generation
+	t, ret   int64 // invocation; return (Never when unknown)
+	definite bool  // certainly took effect by ret
+}
+
+// repIndex answers, for one key, when each generation may have been and
+// certainly was replaced. A replacement replaces only the generations
+// before it: it may replace generation g if it may have taken effect after
+// g's creation did (it did not return before g's creation was invoked;
+// equal times are concurrent), and certainly did so at its return if it
+// certainly took effect (ok) and was invoked after g's creation returned.
+// Gen numbers follow the order the history saw the generations, not the
+// order their writes took effect (two concurrent resets may be numbered
+// either way), so they decide nothing for a generation whose creation is
+// in the history. For one whose creation is not (made before the history
+// began, or by a reset of unknown outcome), an ok reset with a larger gen
+// and any delete or reset of unknown outcome may have replaced it, and an
+// ok reset with a larger gen certainly did at its return.
+type repIndex struct {
+	byRet   []replacement // sorted by return
+	mayT    []sufMin      // over byRet[n:]: the earliest invocations
+	byT     []replacement // the definite ones, sorted by invocation
+	defRet  []sufMin      // over byT[n:]: the earliest returns
+	gens    []int64       // ok resets' gens, sorted
+	sufT    []int64       // over resets with gen ≥ gens[n]: earliest invocation
+	sufRet  []int64       // … and earliest return
+	anyT    int64         // earliest invocation of an any-gen replacement
+	ownGens map[int64]int // how many ok creates/resets made each gen
+}
+
+// sufMin is the smallest and second smallest value over a suffix, with the
+// gen of the smallest (0 for an any-gen replacement), so that a
+// generation's own creation can be left out.
+type sufMin struct {
+	v1, v2 int64
+	gen1   int64
+}
+
+func (m sufMin) add(v, gen int64) sufMin {
+	switch {
+	case v < m.v1:
+		return sufMin{v1: v, v2: m.v1, gen1: gen}
+	case v < m.v2:
+		m.v2 = v
+	}
+	return m
+}
+
+// without is the smallest value, leaving out one replacement of gen (a
+// generation's own creation).
+func (m sufMin) without(gen int64) int64 {
+	if gen != 0 && m.gen1 == gen {
+		return m.v2
+	}
+	return m.v1
+}
+
+func newRepIndex(rs []replacement) *repIndex {
+	ix := &repIndex{anyT: history.Never, ownGens: map[int64]int{}}
+	genOf := func(r replacement) int64 {
+		if r.anyGen {
+			return 0
+		}
+		return r.gen
+	}
+	ix.byRet = slices.Clone(rs)
+	slices.SortFunc(ix.byRet, func(a, b replacement) int { return cmpInt(a.ret, b.ret) })
+	ix.mayT = make([]sufMin, len(ix.byRet)+1)
+	ix.mayT[len(ix.byRet)] = sufMin{v1: history.Never, v2: history.Never}
+	for n := len(ix.byRet) - 1; n >= 0; n-- {
+		ix.mayT[n] = ix.mayT[n+1].add(ix.byRet[n].t, genOf(ix.byRet[n]))
+	}
+	var resets []replacement
+	for _, r := range rs {
+		if r.definite {
+			ix.byT = append(ix.byT, r)
+		}
+		if r.anyGen {
+			ix.anyT = min(ix.anyT, r.t)
+		} else {
+			resets = append(resets, r)
+			ix.ownGens[r.gen]++
+		}
+	}
+	slices.SortFunc(ix.byT, func(a, b replacement) int { return cmpInt(a.t, b.t) })
+	ix.defRet = make([]sufMin, len(ix.byT)+1)
+	ix.defRet[len(ix.byT)] = sufMin{v1: history.Never, v2: history.Never}
+	for n := len(ix.byT) - 1; n >= 0; n-- {
+		ix.defRet[n] = ix.defRet[n+1].add(ix.byT[n].ret, genOf(ix.byT[n]))
+	}
+	slices.SortFunc(resets, func(a, b replacement) int { return cmpInt(a.gen, b.gen) })
+	ix.gens = make([]int64, len(resets))
+	ix.sufT = make([]int64, len(resets)+1)
+	ix.sufRet = make([]int64, len(resets)+1)
+	ix.sufT[len(resets)], ix.sufRet[len(resets)] = history.Never, history.Never
+	for n := len(resets) - 1; n >= 0; n-- {
+		ix.gens[n] = resets[n].gen
+		ix.sufT[n] = min(ix.sufT[n+1], resets[n].t)
+		ix.sufRet[n] = min(ix.sufRet[n+1], resets[n].ret)
+	}
+	return ix
+}
+
+// replacement returns the earliest instant at which generation gen, made
+// by created (nil when its creation is not in the history), may have been
+// replaced or deleted, and the earliest by which it certainly was (Never
+// when not).
+func (ix *repIndex) replacement(gen int64, created *history.Operation) (may, certain int64) {
+	if created == nil {
+		m := sort.Search(len(ix.gens), func(n int) bool { return ix.gens[n] > gen })
+		return min(ix.sufT[m], ix.anyT), ix.sufRet[m]
+	}
+	// Its own creation is left out once (a gen is made once).
+	own := gen
+	if ix.ownGens[gen] == 0 {
+		own = 0
+	}
+	m := sort.Search(len(ix.byRet), func(n int) bool { return ix.byRet[n].ret >= created.T })
+	if t := ix.mayT[m].without(own); t != history.Never {
+		may = max(t, created.T)
+	} else {
+		may = history.Never
+	}
+	d := sort.Search(len(ix.byT), func(n int) bool { return ix.byT[n].t > created.Return })
+	certain = ix.defRet[d].without(own)
+	return may, certain
+}
 
 // firstOr is the first of a sorted s, or or when s is empty.
 func firstOr(s []int64, or int64) int64 {

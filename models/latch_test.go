@@ -144,3 +144,40 @@ func TestLatchLostCompletion(t *testing.T) {
 		})
 	}
 }
+
+// TestLatchDecrementedTwiceNeverHazard: a count-down that decremented more
+// than once (or not at all) is FAIL after a failover proven to have lost
+// writes, even when the property lists its kind among the hazard's: a lost
+// write leaves a count higher, never lower. A lost decrement (two answers
+// of one remaining count) after the same failover stays the hazard. Before
+// the latch kinds of their own, the double decrement was HAZARD.
+func TestLatchDecrementedTwiceNeverHazard(t *testing.T) {
+	nem := func(key, v string) history.Op { return history.Op{F: history.FNemesis, Key: key, Value: v} }
+	p := Property{Checker: "latch", Expect: MayHazard, Hazards: []string{KindLatch, KindStuckWaiter, KindLatchDecrementedTwice}}
+	for name, c := range map[string]struct {
+		b    *builder
+		want Judgement
+		kind string
+	}{
+		"decremented twice": {new(builder).ok(1, m(0), m(10), create("l", 4, 1)).
+			ok(9, m(100), m(110), nem(NemesisEvent, "failover")).ok(9, m(120), m(120), nem(NemesisEffectOngoing, "writes lost")).
+			ok(2, m(200), m(210), cd("l", 1, 3)).ok(3, m(220), m(230), cd("l", 1, 1)), JudgedFail, KindLatchDecrementedTwice},
+		"no decrement": {new(builder).ok(1, m(0), m(10), create("l", 4, 1)).
+			ok(9, m(100), m(110), nem(NemesisEvent, "failover")).ok(9, m(120), m(120), nem(NemesisEffectOngoing, "writes lost")).
+			ok(2, m(200), m(210), cd("l", 1, 4)), JudgedFail, KindLatchDecrementedTwice},
+		"lost decrement": {new(builder).ok(1, m(0), m(10), create("l", 4, 1)).ok(2, m(20), m(30), cd("l", 1, 3)).
+			ok(9, m(100), m(110), nem(NemesisEvent, "failover")).ok(9, m(120), m(120), nem(NemesisEffectOngoing, "writes lost")).
+			ok(3, m(200), m(210), cd("l", 1, 3)), JudgedHazard, KindLatch},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := c.b.build(t)
+			r := CheckLatch(h, Options{})
+			if r.Kinds[c.kind] == 0 {
+				t.Fatalf("no %s violation: %v %s", c.kind, r.Kinds, r.Summary)
+			}
+			if got := Judge(p, &r, Effects(h)); got != c.want {
+				t.Fatalf("Judge = %s, want %s: %s", got, c.want, r.Summary)
+			}
+		})
+	}
+}

@@ -148,7 +148,14 @@ func sentinelFailover(_ *rand.Rand, d, _ time.Duration) []Event {
 	return []Event{sentinelFailoverAt(d/3, "SENTINEL FAILOVER")}
 }
 
-// sentinelFailoverAt is a SENTINEL FAILOVER event that notes the new primary.
+// promotionAfterEnd bounds how long a failover's confirmation goes on after
+// the run ended it (sentinelFailoverAt): a forced sentinel failover promotes
+// within a few seconds.
+const promotionAfterEnd = 15 * time.Second
+
+// sentinelFailoverAt is a SENTINEL FAILOVER event that notes the new primary
+// and records the writes the failover was seen to lose (failoverLoss), also
+// when the run's end cut its confirmation short.
 func sentinelFailoverAt(at time.Duration, name string) Event {
 	return Event{At: at, Name: name, Do: func(ctx context.Context, e *Env) error {
 		old, err := e.Topo.Primary(ctx)
@@ -157,12 +164,29 @@ func sentinelFailoverAt(at time.Duration, name string) Event {
 		}
 		wctx := context.WithoutCancel(ctx)
 		w := watchOffset(wctx, e, old)
+		began := time.Now()
 		n, err := e.Topo.FailoverSentinel(ctx)
-		if err != nil {
+		var pending *testbed.PromotionPendingError
+		if err != nil && ctx.Err() != nil && errors.As(err, &pending) {
+			// The run ended while the failover it started was being
+			// confirmed: the fault happened all the same, so the
+			// confirmation goes on (bounded) and what it sees is recorded,
+			// the promotion and what it lost (a fault that happened stays
+			// proven when the run ends).
+			ended := time.Since(began).Round(time.Millisecond)
+			n, err = e.Topo.AwaitSentinelPromotion(wctx, old, promotionAfterEnd)
+			if err != nil {
+				w.until(wctx, old, nil, 0)
+				return fmt.Errorf("the run ended %v into the wait for the sentinels to agree on a new primary, and %v more did not confirm a promotion: %w",
+					ended, promotionAfterEnd, err)
+			}
+			e.Note("the run ended %v into its confirmation; confirmed after: new primary %s", ended, n.Name)
+		} else if err != nil {
 			w.until(wctx, old, nil, 0)
 			return err
+		} else {
+			e.Note("new primary %s", n.Name)
 		}
-		e.Note("new primary %s", n.Name)
 		// The sentinels demote the old primary some time after promoting the
 		// new one (up to their 10s INFO period); what it takes meanwhile is
 		// lost too. The proof comes with the first token the old primary

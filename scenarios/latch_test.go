@@ -1,8 +1,11 @@
 package scenarios_test
 
 import (
+	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -99,4 +102,44 @@ type fakeLatchMutant struct{}
 func (fakeLatchMutant) Name() string { return "latch-mutant-for-this-test" }
 func (fakeLatchMutant) Latches(c redis.UniversalClient, log *slog.Logger) scenarios.LatchClient {
 	return scenarios.PrimLatches().Latches(c, log)
+}
+
+// TestLatchFailoverEndedByRun: latch/failover-forced at 1s schedules its
+// SENTINEL FAILOVER 250ms before the run ends, which used to cut the
+// confirmation short: the event failed ("timed out after 30s", 250ms in),
+// the promotion and the writes it lost went unrecorded, and the leftover
+// of a latch the new primary never saw deleted was a leak with "no fault
+// seen to have an effect": FAIL (seeds 5–7). The confirmation now goes on
+// after the run's end and records the promotion and the loss: HAZARD or
+// UNKNOWN (the heal scheduled after the end never runs), never FAIL.
+func TestLatchFailoverEndedByRun(t *testing.T) {
+	for _, seed := range []int64{5, 6, 7} {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			out := runFor(t, "latch/failover-forced", "prim", seed, time.Second)
+			if out.Verdict != scenarios.Hazard && out.Verdict != scenarios.Unknown {
+				t.Fatalf("%s, want HAZARD or UNKNOWN: %s %+v", out.Verdict, out.Error, out.Results)
+			}
+			for _, r := range out.Results {
+				if r.Verdict == scenarios.Fail {
+					t.Fatalf("%s: FAIL: %s", r.Checker, r.Result.Summary)
+				}
+			}
+			found := false
+			for _, ev := range out.Events {
+				if strings.Contains(ev.Err, "timed out after 30s") {
+					t.Errorf("event %q: %s: the run's end is no 30s timeout", ev.Name, ev.Err)
+				}
+				if strings.HasPrefix(ev.Name, "SENTINEL FAILOVER") {
+					found = true
+					if ev.Err != "" || ev.Effect == "" {
+						t.Errorf("the failover the run's end cut short was not confirmed with its loss: %q err %q effect %q", ev.Name, ev.Err, ev.Effect)
+					}
+				}
+			}
+			if !found || len(out.Effects) == 0 {
+				t.Fatalf("no failover event (%v) or no effect recorded (%q)", found, out.Effects)
+			}
+			t.Logf("%s; effects %q", out.Verdict, out.Effects)
+		})
+	}
 }

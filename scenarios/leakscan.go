@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/coordtorture/coordtorture/history"
+	"github.com/coordtorture/coordtorture/testbed"
 )
 
 // The leak step: after the workload stops and every lease of the run could
@@ -82,14 +83,23 @@ func leakScanAt(h *history.History, healed time.Duration, ttl, drift time.Durati
 	return time.Duration(last) + ttl + drift + 100*time.Millisecond
 }
 
-// scanLeaks reads every data node that is a primary for the keys containing
-// key (except fencing counters) and records what it finds as one leak_scan
-// operation of process proc: count is the number of entries (keys, or the
-// fields of a hash), value lists them ("key" or "key field", with the key's
-// PTTL). Keys and fields are read one by one, so a logically expired one is
-// never counted, whatever the server's active expiry. Semaphore permits
-// whose owner is in kept (crashed holders' permits without expiry,
-// keptOwners) are not counted. A scan that cannot read a server is info.
+// scanLeaks reads every data node, primary or replica, for the keys
+// containing key (except fencing counters) and records what it finds as one
+// leak_scan operation of process proc: count is the number of entries
+// (keys, or the fields of a hash), value lists them ("node: key" or
+// "node: key field", with the key's PTTL; a replica's node is named
+// "n2 (replica)"). Every node that holds data is read, not only those that
+// say they are primaries: after a failover the run's end cut short, a node
+// may be mid-promotion or mid-demotion, and a replica's data is what a later
+// promotion serves. A replica is read once its link to its primary is up
+// (5s at most: a heal just let it resync; past that it is read all the
+// same, and named "n2 (replica, its link to its primary down)"), a cluster
+// replica with READONLY.
+// Keys and fields are read one by one, so a logically expired one is never
+// counted, whatever the server's active expiry (a replica answers a key or
+// field past its expiry as absent too). Semaphore permits whose owner is in
+// kept (crashed holders' permits without expiry, keptOwners) are not
+// counted. A scan that cannot read a server is info.
 func (e *Env) scanLeaks(ctx context.Context, proc int, key string, kept map[string]bool) {
 	if _, err := e.Rec.Invoke(proc, history.Op{F: history.FLeakScan, Key: key}); err != nil {
 		return
@@ -102,8 +112,17 @@ func (e *Env) scanLeaks(ctx context.Context, proc int, key string, kept map[stri
 			if err != nil {
 				return fmt.Errorf("%s: ROLE: %w", n.Name, err)
 			}
+			name := n.Name
 			if len(role) == 0 || role[0] != "master" {
-				continue
+				name += " (replica)"
+				if !replicaLinkUp(ctx, a, 5*time.Second) {
+					name = n.Name + " (replica, its link to its primary down)"
+				}
+				if e.Topo.Kind == testbed.KindCluster {
+					ro := readOnlyClient(a)
+					defer ro.Close()
+					a = ro
+				}
 			}
 			var keys []string
 			iter := a.Scan(ctx, 0, "*"+e.Key(key)+"*", 1000).Iterator()
@@ -123,7 +142,7 @@ func (e *Env) scanLeaks(ctx context.Context, proc int, key string, kept map[stri
 					return fmt.Errorf("%s: %s: %w", n.Name, k, err)
 				}
 				for _, en := range entries {
-					found = append(found, n.Name+": "+en)
+					found = append(found, name+": "+en)
 				}
 			}
 		}
@@ -134,6 +153,34 @@ func (e *Env) scanLeaks(ctx context.Context, proc int, key string, kept map[stri
 		return
 	}
 	e.Rec.OK(proc, history.Op{Count: int64(len(found)), Value: strings.Join(found, "\n")})
+}
+
+// replicaLinkUp waits, up to limit, until the replica a says its link to
+// its primary is up (master_link_status:up), and reports whether it did.
+func replicaLinkUp(ctx context.Context, a *redis.Client, limit time.Duration) bool {
+	for end := time.Now().Add(limit); time.Now().Before(end) && ctx.Err() == nil; sleep(ctx, 50*time.Millisecond) {
+		info, err := a.Info(ctx, "replication").Result()
+		if err == nil && strings.Contains(info, "master_link_status:up") {
+			return true
+		}
+	}
+	return false
+}
+
+// readOnlyClient is a client with a's options whose connections say
+// READONLY: a cluster replica answers reads of its slots (not MOVED).
+func readOnlyClient(a *redis.Client) *redis.Client {
+	o := a.Options()
+	opts := *o
+	opts.OnConnect = func(ctx context.Context, cn *redis.Conn) error {
+		if o.OnConnect != nil {
+			if err := o.OnConnect(ctx, cn); err != nil {
+				return err
+			}
+		}
+		return cn.ReadOnly(ctx).Err()
+	}
+	return redis.NewClient(&opts)
 }
 
 // leftOf lists what remains of key: the key itself with its PTTL, or for a

@@ -81,3 +81,48 @@ func TestLeakScanCatchesAHandMadeLeak(t *testing.T) {
 		t.Fatalf("no leak left, but %s", r.String())
 	}
 }
+
+// TestLeakScanReadsReplicas: the scan reads every data node, not only those
+// that say they are primaries (a replica's data is what a later promotion
+// serves): a leak written on the primary is found on its replica too, named
+// as the replica's; in a cluster a replica is read with READONLY (else its
+// keys answer MOVED and the scan cannot complete).
+func TestLeakScanReadsReplicas(t *testing.T) {
+	b := testbed.DefaultBuild
+	if m := testbed.Matrix(); len(m) == 1 {
+		b = m[0]
+	}
+	for _, kind := range []string{"replicated", "cluster"} {
+		t.Run(kind, func(t *testing.T) {
+			var topo *testbed.Topology
+			if kind == "cluster" {
+				topo = testbed.Cluster(t, b, 3, 1)
+			} else {
+				topo = testbed.Replicated(t, b, 1, 0)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			c, err := topo.Client()
+			if err != nil {
+				t.Fatal(err)
+			}
+			key := "{" + lockKey + "}:lease"
+			if err := c.Set(ctx, key, "A:1", 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Do(ctx, "WAIT", 1, 5000).Err(); err != nil {
+				t.Fatal(err)
+			}
+			env := &Env{Topo: topo, Rec: history.NewRecorder(time.Now())}
+			env.Rec.Invoke(0, history.Op{F: history.FAcquire, Key: lockKey, TTLMs: 10})
+			env.Rec.OK(0, history.Op{Token: 1, Owner: "A", TTLMs: 10})
+			time.Sleep(100 * time.Millisecond)
+			env.scanLeaks(ctx, 1, lockKey, nil)
+			h := env.Rec.History()
+			scan := h.Ops[len(h.Ops)-1]
+			if scan.Type != history.OK || scan.Count != 2 || !strings.Contains(scan.Value, " (replica): "+key) {
+				t.Fatalf("scan %s %d %q (err %q): want the key on the primary and on its replica", scan.Type, scan.Count, scan.Value, scan.Err)
+			}
+		})
+	}
+}

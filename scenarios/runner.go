@@ -531,12 +531,22 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	go func() { // the nemesis
 		defer wg.Done()
 		for _, ev := range events {
-			t := time.NewTimer(time.Until(start.Add(ev.At)))
-			select {
-			case <-wctx.Done():
-				t.Stop()
+			// An event due at or after the run's end never runs; one due
+			// within it runs, late if the one before outran its time (a
+			// confirmation the run's end cut short, carried on). Without
+			// this, the select below picked at random between the end and
+			// a timer already due.
+			if ev.At >= cfg.Duration {
 				return
-			case <-t.C:
+			}
+			if d := time.Until(start.Add(ev.At)); d > 0 {
+				t := time.NewTimer(d)
+				select {
+				case <-wctx.Done():
+					t.Stop()
+					return
+				case <-t.C:
+				}
 			}
 			kind := ev.Kind
 			if kind == "" {

@@ -360,8 +360,31 @@ func (t *Topology) FailoverSentinel(ctx context.Context) (*Node, error) {
 	if lastErr != nil {
 		return nil, fmt.Errorf("testbed: SENTINEL FAILOVER: %w", lastErr)
 	}
+	np, err := t.AwaitSentinelPromotion(ctx, old, t.cfg.startTimeout)
+	if err != nil {
+		return nil, &PromotionPendingError{Old: old, Err: err}
+	}
+	return np, nil
+}
+
+// PromotionPendingError is FailoverSentinel's error once a sentinel accepted
+// the failover: it was started, and the wait for its promotion failed (ended
+// by the caller's context, or timed out). AwaitSentinelPromotion can go on
+// waiting for it.
+type PromotionPendingError struct {
+	Old *Node // the primary before the failover
+	Err error
+}
+
+func (e *PromotionPendingError) Error() string { return e.Err.Error() }
+func (e *PromotionPendingError) Unwrap() error { return e.Err }
+
+// AwaitSentinelPromotion waits, up to timeout, until every running sentinel
+// names the same primary other than old and that node reports role master,
+// and returns it: the confirmation of a failover (FailoverSentinel).
+func (t *Topology) AwaitSentinelPromotion(ctx context.Context, old *Node, timeout time.Duration) (*Node, error) {
 	var np *Node
-	err = waitFor(ctx, t.cfg.startTimeout, "sentinels to agree on a new primary", func(ctx context.Context) (bool, error) {
+	err := waitFor(ctx, timeout, "sentinels to agree on a new primary", func(ctx context.Context) (bool, error) {
 		var seen *Node
 		for _, s := range t.sentinels {
 			if !s.Running() || s.isPaused() {

@@ -378,7 +378,11 @@ type finalError struct{ err error }
 
 func (e *finalError) Error() string { return e.err.Error() }
 
+// When the caller's context ends first (a run ending mid-wait), the error
+// says so and how long the wait had lasted, not that the timeout passed:
+// "timed out after 30s" 250ms in would be false.
 func waitFor(ctx context.Context, timeout time.Duration, what string, cond func(context.Context) (bool, error)) error {
+	parent, began := ctx, time.Now()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var last error
@@ -400,6 +404,13 @@ func waitFor(ctx context.Context, timeout time.Duration, what string, cond func(
 		}
 		select {
 		case <-ctx.Done():
+			if perr := parent.Err(); perr != nil {
+				// The caller's context, not the timeout: a context error
+				// (errors.Is context.Canceled or DeadlineExceeded) with the
+				// condition's last answer.
+				return fmt.Errorf("testbed: stopped %v into the wait (of %v allowed) for %s: the caller's context ended (%w); last seen: %v",
+					time.Since(began).Round(time.Millisecond), timeout, what, perr, lastSeen(last))
+			}
 			if last != nil {
 				return fmt.Errorf("testbed: timed out after %v waiting for %s: %w", timeout, what, last)
 			}
@@ -407,4 +418,12 @@ func waitFor(ctx context.Context, timeout time.Duration, what string, cond func(
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// lastSeen is err, or "nothing yet" for a wait that saw no answer.
+func lastSeen(err error) any {
+	if err == nil {
+		return "nothing yet"
+	}
+	return err
 }

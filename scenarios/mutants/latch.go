@@ -2,8 +2,10 @@ package mutants
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -18,6 +20,7 @@ import (
 func init() {
 	scenarios.RegisterLatchImpl(LatchIgnoresGeneration{})
 	scenarios.RegisterLatchImpl(LatchWaitWithoutReread{})
+	scenarios.RegisterLatchImpl(LatchCountDownAppliesTwice{})
 }
 
 // LatchIgnoresGeneration is prim's countdown latch whose count-down ignores
@@ -144,4 +147,70 @@ func (l deafLatch) Wait(ctx context.Context) (bool, error) {
 		case <-t.C:
 		}
 	}
+}
+
+// LatchCountDownAppliesTwice is prim's countdown latch whose count-down can
+// apply twice: a client that resends a signal whose reply it judged too
+// slow (here: every other signal of the client, whatever the reply's delay,
+// so that it shows in every run) and answers with the resend's reply. The
+// signal counts twice: the generation reaches zero before its participants
+// all signalled, and the answer is a remaining count more decrements below
+// the initial count than signals were invoked. latch/baseline must FAIL it
+// with latch-decremented-twice ("decremented more than once"), never a
+// hazard: no lost write lowers a count.
+type LatchCountDownAppliesTwice struct{}
+
+// Name implements scenarios.LatchImpl.
+func (LatchCountDownAppliesTwice) Name() string { return "mutant-latch-count-down-applies-twice" }
+
+// Latches implements scenarios.LatchImpl: prim's, with the count-down
+// resent.
+func (LatchCountDownAppliesTwice) Latches(c redis.UniversalClient, log *slog.Logger) scenarios.LatchClient {
+	return twiceClient{LatchClient: scenarios.PrimLatches().Latches(c, log), resend: new(atomic.Bool)}
+}
+
+type twiceClient struct {
+	scenarios.LatchClient
+	resend *atomic.Bool // flips at each signal: every other one is resent
+}
+
+func (c twiceClient) wrap(l scenarios.Latch, err error) (scenarios.Latch, error) {
+	if err != nil {
+		return nil, err
+	}
+	return twiceLatch{Latch: l, resend: c.resend}, nil
+}
+
+func (c twiceClient) Create(ctx context.Context, key string, count int64) (scenarios.Latch, error) {
+	return c.wrap(c.LatchClient.Create(ctx, key, count))
+}
+
+func (c twiceClient) Reset(ctx context.Context, key string, count int64) (scenarios.Latch, error) {
+	return c.wrap(c.LatchClient.Reset(ctx, key, count))
+}
+
+func (c twiceClient) Join(ctx context.Context, key string) (scenarios.Latch, error) {
+	return c.wrap(c.LatchClient.Join(ctx, key))
+}
+
+type twiceLatch struct {
+	scenarios.Latch
+	resend *atomic.Bool
+}
+
+// CountDown sends prim's signal and, every other time, sends it again and
+// answers the resend's reply (a completed generation: the first reply).
+func (l twiceLatch) CountDown(ctx context.Context) (int64, error) {
+	n, err := l.Latch.CountDown(ctx)
+	if err != nil || n < 1 || !l.resend.Load() {
+		l.resend.Store(!l.resend.Load())
+		return n, err
+	}
+	l.resend.Store(false)
+	if m, err := l.Latch.CountDown(ctx); err == nil {
+		return m, nil
+	} else if !errors.Is(err, prim.ErrLatchCompleted) {
+		return 0, err
+	}
+	return n, nil
 }

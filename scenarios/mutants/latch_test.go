@@ -54,3 +54,27 @@ func TestLatchWaitMutantFails(t *testing.T) {
 	}
 	t.Fatal("no latch property")
 }
+
+// TestLatchCountDownTwiceMutantFails: a count-down that can apply twice (a
+// resent signal) answers a remaining count below what the signals invoked
+// allow: latch/baseline must FAIL it with latch-decremented-twice, whose
+// evidence says the count-down "decremented more than once". prim passes
+// latch/baseline in TestLatchScenarios.
+func TestLatchCountDownTwiceMutantFails(t *testing.T) {
+	out := runScenario(t, "latch/baseline", "mutant-latch-count-down-applies-twice")
+	for _, r := range out.Results {
+		if r.Checker != "latch" {
+			continue
+		}
+		if r.Verdict != scenarios.Fail || r.Result.Kinds[models.KindLatchDecrementedTwice] == 0 {
+			t.Fatalf("the mutant was not flagged with %s: %s %v %s", models.KindLatchDecrementedTwice, r.Verdict, r.Result.Kinds, r.Result.Summary)
+		}
+		for _, e := range r.Result.Evidence {
+			if e.Kind == models.KindLatchDecrementedTwice && strings.Contains(e.Msg, "decremented more than once") {
+				return
+			}
+		}
+		t.Fatalf("no evidence names the double decrement: %+v", r.Result.Evidence)
+	}
+	t.Fatal("no latch property")
+}
