@@ -47,7 +47,8 @@ func Checkers() []Checker {
 		{
 			Name: "fenced-resource",
 			Doc: "write: replays the writes in the resource's order (seq, else real time) and reports every\n" +
-				"stale write accepted (token below an accepted one) and every current write rejected.",
+				"stale write accepted (token below an accepted one), every current write rejected, every token\n" +
+				"accepted from two owners, and every write (without owner) whose process was never given its token.",
 			Applies: hasF(history.FWrite),
 			Check:   CheckFencedResource,
 		},
