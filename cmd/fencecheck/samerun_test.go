@@ -43,7 +43,8 @@ func coordtortureExit(v scenarios.Verdict) int {
 // after the run from the header's data (semaphore/no-expiry-crash,
 // hash-lease/old-server), a token-order with nothing to check (an
 // unfenced implementation) N/A from the run's reason confirmed by the
-// history, the stale writes of redlock/pause-client from the history.
+// history, the stale writes of redlock/pause-client and the lost
+// notifications of latch/lost-notifications from the history.
 func TestSameVerdictAsTheRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs servers")
@@ -63,6 +64,7 @@ func TestSameVerdictAsTheRun(t *testing.T) {
 		{"redlock/pause-client", "prim", 1, ""}, // PASS when a pause caught a write, else UNKNOWN
 		{"semaphore/no-expiry-crash", "prim", 1, scenarios.Pass},
 		{"hash-lease/old-server", "prim", 1, scenarios.Pass},
+		{"latch/lost-notifications", "prim", 1, scenarios.Pass}, // completion-cut-off from the history
 		{"fenced-lock/baseline", "redsync", 1, scenarios.Pass},
 	} {
 		t.Run(tc.impl+"/"+tc.scenario, func(t *testing.T) {
