@@ -104,6 +104,9 @@ func leaseWorkloadWith(plan leasePlan) func(ctx context.Context, env *Env, proc 
 // the lease hash exists (EXISTS's reply): the refused-untouched checker
 // judges it with the history's refusals (models.CheckRefusedUntouched).
 func readRefusedUntouched(ctx context.Context, env *Env, _ *history.History) []history.ServerRead {
+	if env.Topo == nil {
+		return []history.ServerRead{{Key: leaseHash, Err: "an external deployment: the harness does not read servers it did not start"}}
+	}
 	var out []history.ServerRead
 	for _, n := range env.Topo.Nodes() {
 		rd := history.ServerRead{Node: n.Name, Key: leaseHash}
