@@ -210,7 +210,7 @@ func randomOp(r *rand.Rand) Op {
 		TTLMs: randomInt(r), Value: randomString(r), Err: randomString(r), N: randomInt(r),
 		Count: randomInt(r), Gen: randomInt(r), Seq: randomInt(r), Capacity: randomInt(r),
 		Algo: randomString(r), Limit: randomInt(r), WindowMs: randomInt(r), Segments: randomInt(r),
-		Burst: randomInt(r), Rate: randomInt(r), PeriodMs: randomInt(r), Explains: randomString(r), T: randomInt(r),
+		Burst: randomInt(r), Rate: randomInt(r), PeriodMs: randomInt(r), Explains: randomString(r), DriftUs: randomInt(r), T: randomInt(r),
 	}
 }
 

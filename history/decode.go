@@ -39,6 +39,7 @@ const (
 	fRate
 	fPeriod
 	fExplains
+	fDrift
 	fT
 	nFields
 )
@@ -49,7 +50,7 @@ var fieldNames = [nFields]string{
 	fToken: "token", fOwner: "owner", fTTL: "ttl_ms", fValue: "value", fErr: "err",
 	fN: "n", fCount: "count", fGen: "gen", fSeq: "seq", fCapacity: "capacity",
 	fAlgo: "algo", fLimit: "limit", fWindow: "window_ms", fSegments: "segments",
-	fBurst: "burst", fRate: "rate", fPeriod: "period_ms", fExplains: "explains", fT: "t",
+	fBurst: "burst", fRate: "rate", fPeriod: "period_ms", fExplains: "explains", fDrift: "drift_us", fT: "t",
 }
 
 // foldedFields maps case-folded names to field numbers: encoding/json matches
@@ -112,6 +113,8 @@ func lookupField(key []byte) int {
 		return fPeriod
 	case "explains":
 		return fExplains
+	case "drift_us":
+		return fDrift
 	case "t":
 		return fT
 	}
@@ -836,6 +839,8 @@ func (d *Decoder) value(b []byte, i, f int, op *Op) (int, *scanErr) {
 		op.Rate = n
 	case fPeriod:
 		op.PeriodMs = n
+	case fDrift:
+		op.DriftUs = n
 	case fT:
 		op.T = n
 	}

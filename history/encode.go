@@ -59,6 +59,7 @@ func AppendRecord(b []byte, op *Op) []byte {
 	b = optInt(b, `,"rate":`, op.Rate)
 	b = optInt(b, `,"period_ms":`, op.PeriodMs)
 	b = optString(b, `,"explains":`, op.Explains)
+	b = optInt(b, `,"drift_us":`, op.DriftUs)
 	b = append(b, `,"t":`...)
 	b = strconv.AppendInt(b, op.T, 10)
 	return append(b, "}\n"...)

@@ -46,22 +46,43 @@ type Header struct {
 	Properties []HeaderProperty `json:"properties,omitempty"`
 }
 
-// HeaderProperty is one property of a run.
+// HeaderProperty is one property of a run. It carries data, never a
+// verdict: an offline check recomputes every property from the history and
+// this data (package models), or says it cannot.
 type HeaderProperty struct {
-	// Checker names a checker of package models, or a check of the
-	// scenario's own (Custom).
+	// Checker names a checker of package models.
 	Checker string `json:"checker"`
 	// Expect is "must-hold" or "may-show-hazard".
 	Expect string `json:"expect"`
 	// HazardKinds are the violation kinds counted as the hazard (a
 	// may-show-hazard property).
 	HazardKinds []string `json:"hazard_kinds,omitempty"`
-	// Custom marks a check of the scenario's own that read the servers after
-	// the run: it cannot be re-run offline. Verdict and Summary are then
-	// what the run found.
-	Custom  bool   `json:"custom,omitempty"`
-	Verdict string `json:"verdict,omitempty"`
-	Summary string `json:"summary,omitempty"`
+	// NotChecked says why the run had nothing for this property to check
+	// (an implementation that hands out no fencing tokens, a deployment
+	// whose servers the harness does not scan): the property is N/A with
+	// this reason when the history indeed holds nothing its checker reads
+	// (no leak_scan, no token), else it is checked.
+	NotChecked string `json:"not_checked,omitempty"`
+	// Reads are what the run read from the servers after the workload for
+	// this property (the final state a history's operations cannot show):
+	// data its checker judges, with the history.
+	Reads []ServerRead `json:"reads,omitempty"`
+}
+
+// ServerRead is one read of a server's state after a run: which node, key
+// and member it read and the reply, or the error that left it unread.
+type ServerRead struct {
+	// Node names the server read ("" when the read found none to ask).
+	Node string `json:"node,omitempty"`
+	// Key and Member are what was read, named as the history names them (a
+	// member: an owner in a sorted set, a field of a hash).
+	Key    string `json:"key"`
+	Member string `json:"member,omitempty"`
+	// Reply is what the server answered, in words the property's checker
+	// documents ("absent", a score, a count).
+	Reply string `json:"reply,omitempty"`
+	// Err says why the read failed (Reply is then meaningless).
+	Err string `json:"err,omitempty"`
 }
 
 // AppendHeader appends h as one JSON line (with its '\n'), "header" first.

@@ -16,7 +16,8 @@ func sampleHeader() *Header {
 		Properties: []HeaderProperty{
 			{Checker: "fenced-resource", Expect: "may-show-hazard", HazardKinds: []string{"token-reused"}},
 			{Checker: "progress", Expect: "must-hold"},
-			{Checker: "refused-untouched", Expect: "must-hold", Custom: true, Verdict: "PASS", Summary: "untouched"},
+			{Checker: "refused-untouched", Expect: "must-hold", Reads: []ServerRead{{Node: "n1", Key: "leases", Reply: "0"}, {Key: "leases", Err: "no node"}}},
+			{Checker: "leaks", Expect: "must-hold", NotChecked: "an external deployment"},
 		}}
 }
 

@@ -149,6 +149,11 @@ type Op struct {
 	Rate int64 `json:"rate,omitempty"`
 	// PeriodMs is the refill period of a token bucket limiter, in ms.
 	PeriodMs int64 `json:"period_ms,omitempty"`
+	// DriftUs is, on a Redlock acquisition's ok, the clock-drift allowance
+	// the implementation declares for the lease's ttl, in µs: the validity
+	// it may claim (Count) is at most ttl − the time the acquisition took −
+	// this. Zero or absent: none declared.
+	DriftUs int64 `json:"drift_us,omitempty"`
 	// Explains lists, on a nemesis effect record, the violation kinds the
 	// proven effect can explain, comma-separated (empty: any).
 	Explains string `json:"explains,omitempty"`
@@ -291,6 +296,9 @@ func (o *Op) merge(c *Op) {
 	}
 	if c.PeriodMs != 0 {
 		o.PeriodMs = c.PeriodMs
+	}
+	if c.DriftUs != 0 {
+		o.DriftUs = c.DriftUs
 	}
 }
 

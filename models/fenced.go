@@ -24,6 +24,14 @@ import (
 //     with its token; a second owner with the same token means the counter
 //     regressed (failover, restore, eviction) and the resource, which accepts
 //     equal tokens, took a stale write it cannot tell apart.
+//   - every write with a token its process never received (rule 11): in a
+//     history whose writes carry no owner, each write acted for its own
+//     process's answered acquisition of its token (writers); a write whose
+//     process no answered acquisition had given that token by its
+//     invocation (another process's token, one nobody was given, one given
+//     only later) is token-reused, whatever the resource answered. A
+//     history of the resource alone (no answered token-granting
+//     acquisition) attributes nothing.
 //
 // Equal tokens from one owner are fine. The apply order is the
 // seq field when every ok and fail write of the resource has one (the
@@ -54,10 +62,10 @@ func CheckFencedResource(h *history.History, o Options) Result {
 	}
 	slices.Sort(keys)
 	seqKeys := 0
-	ownerOf := writerOwners(h)
+	ws := newWriters(h)
 	for _, key := range keys {
 		idx := byKey[key]
-		reusedTokens(h, key, idx, c, ownerOf)
+		reusedTokens(h, key, idx, c, ws)
 		if allSeq(h, idx) {
 			seqKeys++
 			seqMatchesRealTime(h, key, idx, c)
@@ -77,43 +85,106 @@ func CheckFencedResource(h *history.History, o Options) Result {
 	return r
 }
 
-// writerOwners returns the owner a write acted for: its owner field, else
-// the owner of the latest ok token-granting acquisition of the same process
-// that returned before the write and granted the write's token ("" when
-// there is none).
-func writerOwners(h *history.History) func(op *history.Operation) string {
-	type grant struct {
-		ret   int64
-		token int64
-		owner string
+// writers attributes each write to the lease it acted for. A write with
+// an owner field acted for that owner. A write without one (a history that
+// records no owner on its writes) acted for its own process's answered
+// acquisition of the write's token: the latest ok token-granting
+// acquisition of the same process that returned by the write's invocation
+// and granted that token (an acquisition without an owner is named by its
+// record number, "#I"). A process can only write with a token it was given:
+// when the history records answered token-granting acquisitions, an
+// ownerless write whose process was given no such token by then (another
+// process's token, a token nobody was given, a token it was given only
+// later) is token-reused (rule 11, see CheckFencedResource).
+type writers struct {
+	h       *history.History
+	indexed bool // built on the first write without an owner
+	// byProc: each process's answered grants, per token, by return.
+	byProc map[int]map[int64][]tokenGrant
+	// byToken: every answered grant of each token, by return.
+	byToken map[int64][]tokenGrant
+	any     bool // the history has answered token-granting acquisitions
+}
+
+// tokenGrant is an answered token-granting acquisition.
+type tokenGrant struct {
+	ret   int64
+	owner string
+	op    *history.Operation
+}
+
+func newWriters(h *history.History) *writers { return &writers{h: h} }
+
+func (w *writers) index() {
+	h := w.h
+	w.indexed, w.byProc, w.byToken = true, map[int]map[int64][]tokenGrant{}, map[int64][]tokenGrant{}
+	for k := range h.Ops {
+		op := &h.Ops[k]
+		if !isTokenAcquire(op.F) || op.Type != history.OK || op.Token <= 0 {
+			continue
+		}
+		w.any = true
+		owner := op.Owner
+		if owner == "" {
+			owner = fmt.Sprintf("#%d", op.I)
+		}
+		g := tokenGrant{op.Return, owner, op}
+		if w.byProc[op.Process] == nil {
+			w.byProc[op.Process] = map[int64][]tokenGrant{}
+		}
+		w.byProc[op.Process][op.Token] = append(w.byProc[op.Process][op.Token], g)
+		w.byToken[op.Token] = append(w.byToken[op.Token], g)
 	}
-	var byProc map[int][]grant // built on the first write without an owner
-	index := func() {
-		byProc = map[int][]grant{}
-		for k := range h.Ops {
-			op := &h.Ops[k]
-			if isTokenAcquire(op.F) && op.Type == history.OK && op.Owner != "" && op.Token > 0 {
-				byProc[op.Process] = append(byProc[op.Process], grant{op.Return, op.Token, op.Owner})
-			}
-		}
-		for _, gs := range byProc {
-			slices.SortStableFunc(gs, func(a, b grant) int { return cmp.Compare(a.ret, b.ret) })
+	byRet := func(a, b tokenGrant) int { return cmp.Compare(a.ret, b.ret) }
+	for _, m := range w.byProc {
+		for _, gs := range m {
+			slices.SortStableFunc(gs, byRet)
 		}
 	}
-	return func(op *history.Operation) string {
-		if op.Owner != "" {
-			return op.Owner
-		}
-		if byProc == nil {
-			index()
-		}
-		gs := byProc[op.Process]
-		n := sort.Search(len(gs), func(n int) bool { return gs[n].ret > op.T })
-		if n > 0 && gs[n-1].token == op.Token {
-			return gs[n-1].owner
-		}
-		return ""
+	for _, gs := range w.byToken {
+		slices.SortStableFunc(gs, byRet)
 	}
+}
+
+// owner is the owner op acted for: "" for a write without an owner whose
+// process had not been given its token; attributable is false only for such
+// a write in a history without any answered token-granting acquisition (a
+// history of the resource alone: nothing can be attributed).
+func (w *writers) owner(op *history.Operation) (owner string, attributable bool) {
+	if op.Owner != "" {
+		return op.Owner, true
+	}
+	if !w.indexed {
+		w.index()
+	}
+	gs := w.byProc[op.Process][op.Token]
+	n := sort.Search(len(gs), func(n int) bool { return gs[n].ret > op.T })
+	if n == 0 {
+		return "", w.any
+	}
+	return gs[n-1].owner, true
+}
+
+// neverGiven reports an ownerless write whose process was never given its
+// token (FAIL, token-reused), naming who was given it, if anyone.
+func (w *writers) neverGiven(key string, op *history.Operation, c *collector) {
+	if c.full(KindTokenReused) {
+		c.skip(KindTokenReused, op)
+		return
+	}
+	ops := []*history.Operation{op}
+	who := "no acquisition of the history was given it"
+	if gs := w.byToken[op.Token]; len(gs) > 0 {
+		g := gs[0]
+		who = fmt.Sprintf("it was given to process %d (owner %s, ok at %s)", g.op.Process, g.owner, fmtT(g.ret))
+		if g.ret > op.T && g.op.Process == op.Process {
+			who = fmt.Sprintf("its process was given it only later (owner %s, ok at %s)", g.owner, fmtT(g.ret))
+		}
+		ops = append(ops, g.op)
+	}
+	outcome := map[history.Type]string{history.OK: "accepted", history.Fail: "rejected", history.Info: "of unknown outcome"}[op.Type]
+	c.fail(KindTokenReused, key, fmt.Sprintf("write with token %d by process %d (%s, invoked at %s), which had not been given that token by any answered acquisition of its own: %s",
+		op.Token, op.Process, outcome, fmtT(op.T), who), ops...)
 }
 
 // seqMatchesRealTime reports a resource whose seq order contradicts real
@@ -147,8 +218,10 @@ func seqMatchesRealTime(h *history.History, key string, idx []int, c *collector)
 // reusedTokens reports accepted writes that carry a token an earlier-accepted
 // write of another owner already carried. It does not depend on the apply
 // order: whichever of the two came second was stale. A write without an
-// owner field acted for the owner ownerOf infers.
-func reusedTokens(h *history.History, key string, idx []int, c *collector, ownerOf func(*history.Operation) string) {
+// owner field acted for the owner its process's acquisition of the token
+// names (writers); one whose process was never given its token is reported
+// here too.
+func reusedTokens(h *history.History, key string, idx []int, c *collector, ws *writers) {
 	type write struct {
 		op    *history.Operation
 		owner string
@@ -160,10 +233,17 @@ func reusedTokens(h *history.History, key string, idx []int, c *collector, owner
 	first := make(map[int64]write, len(idx))
 	oks := make([]ownedWrite, 0, len(idx))
 	for _, k := range idx {
-		if op := &h.Ops[k]; op.Type == history.OK && op.Token > 0 {
-			if o := ownerOf(op); o != "" {
-				oks = append(oks, ownedWrite{k, o})
-			}
+		op := &h.Ops[k]
+		if op.Token <= 0 {
+			continue
+		}
+		o, attributable := ws.owner(op)
+		if o == "" && attributable {
+			ws.neverGiven(key, op, c)
+			continue
+		}
+		if op.Type == history.OK && o != "" {
+			oks = append(oks, ownedWrite{k, o})
 		}
 	}
 	slices.SortStableFunc(oks, func(a, b ownedWrite) int { return cmp.Compare(h.Ops[a.k].Return, h.Ops[b.k].Return) })

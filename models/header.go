@@ -80,3 +80,42 @@ func FaultsNotHappened(h *history.History, nemesis bool, scheduled int) []string
 	}
 	return out
 }
+
+// NothingToCheck reports whether h holds nothing checker reads, so that a
+// run's reason for not checking it (history.HeaderProperty.NotChecked: an
+// implementation without fencing tokens, servers the harness does not scan)
+// can be confirmed from the history: leaks without a leak_scan operation,
+// token-order without an acquisition answered with a token. For any other
+// checker, or a history holding what it reads, the reason is not enough:
+// the property is checked.
+func NothingToCheck(checker string, h *history.History) bool {
+	switch checker {
+	case "leaks":
+		return !hasF(history.FLeakScan)(h)
+	case "token-order":
+		return !hasOp(h, func(op *history.Operation) bool {
+			return isTokenAcquire(op.F) && op.Type == history.OK && op.Token != 0
+		})
+	}
+	return false
+}
+
+// CheckProperty judges property p on h, the one way coordtorture run and
+// fencecheck both judge a property: N/A (JudgedNA, notChecked as the
+// result's summary) when notChecked gives the run's reason for not
+// checking it and h confirms there is nothing to check (NothingToCheck);
+// else its checker's result with o, judged by Judge against the history's
+// proven fault effects. Every verdict is recomputed: a header carries data
+// (options, expectations, the servers' state read after the run), never a
+// verdict. ok is false when no checker has p's name.
+func CheckProperty(h *history.History, p Property, notChecked string, o Options, effects []Effect) (r Result, j Judgement, ok bool) {
+	if notChecked != "" && NothingToCheck(p.Checker, h) {
+		return Result{Checker: p.Checker, Verdict: Unknown, Summary: notChecked}, JudgedNA, true
+	}
+	c, ok := Lookup(p.Checker)
+	if !ok {
+		return Result{Checker: p.Checker, Verdict: Unknown}, JudgedUnknown, false
+	}
+	r = c.Check(h, o)
+	return r, Judge(p, &r, effects), true
+}

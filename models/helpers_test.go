@@ -13,7 +13,8 @@ import (
 // and completion times and outcome; records are ordered by time (a
 // completion before an invocation at the same instant) and numbered.
 type builder struct {
-	recs []rec
+	recs   []rec
+	header *history.Header // the history's header, if any
 }
 
 type rec struct {
@@ -71,6 +72,7 @@ func (b *builder) build(t testing.TB) *history.History {
 	if err != nil {
 		t.Fatalf("bad test history: %v", err)
 	}
+	h.Header = b.header
 	return h
 }
 

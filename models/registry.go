@@ -13,8 +13,13 @@ type Checker struct {
 	Name string
 	// Doc says in a few lines what is checked and from which operations.
 	Doc string
-	// Applies reports whether the history has operations this checker reads.
+	// Applies reports whether the history has operations this checker reads
+	// (never, for a scenario's own check: it runs when a header or --check
+	// names it).
 	Applies func(h *history.History) bool
+	// Own names the scenarios whose own check this is ("" for a general
+	// property).
+	Own string
 	// Check judges the history.
 	Check func(h *history.History, o Options) Result
 }
@@ -41,13 +46,18 @@ func hasF(fs ...string) func(h *history.History) bool {
 	}
 }
 
+// never applies: a scenario's own check, run when a header or --check
+// names it.
+func never(*history.History) bool { return false }
+
 // Checkers returns the registry, in the order fencecheck runs them.
 func Checkers() []Checker {
 	return []Checker{
 		{
 			Name: "fenced-resource",
 			Doc: "write: replays the writes in the resource's order (seq, else real time) and reports every\n" +
-				"stale write accepted (token below an accepted one) and every current write rejected.",
+				"stale write accepted (token below an accepted one), every current write rejected, every token\n" +
+				"accepted from two owners, and every write (without owner) whose process was never given its token.",
 			Applies: hasF(history.FWrite),
 			Check:   CheckFencedResource,
 		},
@@ -130,6 +140,49 @@ func Checkers() []Checker {
 				"least half of each kind is answered (ok, or fail without an error); a server refusal (MOVED, OOM...) or info is not an answer.",
 			Applies: hasProgressOps,
 			Check:   CheckProgress,
+		},
+		{
+			Name: "redlock-validity",
+			Doc: "acquire ok with count (claimed validity, µs), ttl_ms, drift_us (declared drift allowance, µs):\n" +
+				"each claim at most ttl - drift allowance, and at most ttl - drift allowance - (return - invoke) + 40ms.",
+			Applies: func(h *history.History) bool {
+				return hasOp(h, func(op *history.Operation) bool {
+					return isTokenAcquire(op.F) && op.Type == history.OK && op.Count != 0
+				})
+			},
+			Check: CheckRedlockValidity,
+		},
+		{
+			Name: "stale-write-shown",
+			Doc: "write (redlock/pause-client's, chosen by its header or --check): the unfenced resource accepting\n" +
+				"stale writes is PASS, shown; none is UNKNOWN; any other fenced-resource violation FAIL.",
+			Applies: never,
+			Own:     "redlock/pause-client",
+			Check:   CheckStaleWriteShown,
+		},
+		{
+			Name: "completion-cut-off",
+			Doc: "latch_count_down, nemesis (latch/lost-notifications'): a count reached 0 inside a proven cut of\n" +
+				"the waiters (PASS), else UNKNOWN.",
+			Applies: never,
+			Own:     "latch/lost-notifications",
+			Check:   CheckCompletionCutOff,
+		},
+		{
+			Name: "no-expiry-kept",
+			Doc: "sem_acquire without ttl never released, and the header's reads of the server after the run\n" +
+				"(semaphore/no-expiry-crash'): each crashed holder's permit still held, without deadline.",
+			Applies: never,
+			Own:     "semaphore/no-expiry-crash",
+			Check:   CheckNoExpiryKept,
+		},
+		{
+			Name: "refused-untouched",
+			Doc: "acquire, and the header's reads of the servers after the run (hash-lease/old-server's): every\n" +
+				"acquisition refused naming hash-field expiration and 7.4, the hash never created.",
+			Applies: never,
+			Own:     "hash-lease/old-server",
+			Check:   CheckRefusedUntouched,
 		},
 		{
 			Name:    "leaks",

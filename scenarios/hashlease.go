@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strings"
+	"strconv"
 	"time"
 
 	"github.com/coordtorture/coordtorture/history"
@@ -100,42 +100,24 @@ func leaseWorkloadWith(plan leasePlan) func(ctx context.Context, env *Env, proc 
 	}
 }
 
-// refusedUntouched is old-server's check: every acquisition was refused with
-// the error that names the missing feature and the versions that have it, and
-// the hash was never written.
-func refusedUntouched(ctx context.Context, env *Env, h *history.History) models.Result {
-	res := models.Result{Checker: "refused-untouched", Verdict: models.Pass}
-	fail := func(msg string, ops ...history.Operation) {
-		res.Verdict = models.Fail
-		res.Violations++
-		res.Evidence = append(res.Evidence, models.Evidence{Key: leaseHash, Msg: msg, Ops: ops})
+// readRefusedUntouched reads, on every node after old-server's run, whether
+// the lease hash exists (EXISTS's reply): the refused-untouched checker
+// judges it with the history's refusals (models.CheckRefusedUntouched).
+func readRefusedUntouched(ctx context.Context, env *Env, _ *history.History) []history.ServerRead {
+	if env.Topo == nil {
+		return []history.ServerRead{{Key: leaseHash, Err: "an external deployment: the harness does not read servers it did not start"}}
 	}
-	for _, op := range h.Ops {
-		if op.F != history.FAcquire && op.F != history.FAcquireWait {
-			continue
-		}
-		res.Ops++
-		switch {
-		case op.Type != history.Fail:
-			fail(fmt.Sprintf("acquisition was %s on a server without hash-field expiry", op.Type), op)
-		case !strings.Contains(op.Err, "hash-field expiration") || !strings.Contains(op.Err, "7.4"):
-			fail(fmt.Sprintf("refusal does not name the missing feature and its versions: %q", op.Err), op)
-		}
-	}
-	if res.Ops == 0 {
-		fail("no acquisition was attempted")
-	}
+	var out []history.ServerRead
 	for _, n := range env.Topo.Nodes() {
-		if k, err := n.Admin().Exists(ctx, env.Key(leaseHash)).Result(); err != nil || k != 0 {
-			fail(fmt.Sprintf("%s: the hash exists after the refusals (EXISTS %d, %v)", n.Name, k, err))
+		rd := history.ServerRead{Node: n.Name, Key: leaseHash}
+		if k, err := n.Admin().Exists(ctx, env.Key(leaseHash)).Result(); err != nil {
+			rd.Err = err.Error()
+		} else {
+			rd.Reply = strconv.FormatInt(k, 10)
 		}
+		out = append(out, rd)
 	}
-	if res.Verdict == models.Pass {
-		res.Summary = fmt.Sprintf("%s refused before writing, each naming hash-field expiration and the versions that have it; the hash was never created", models.Plural(res.Ops, "acquisition"))
-	} else {
-		res.Summary = fmt.Sprintf("%s; first: %s", models.Plural(res.Violations, "problem"), res.Evidence[0].Msg)
-	}
-	return res
+	return out
 }
 
 func init() {
@@ -186,7 +168,7 @@ func init() {
 		Topo:       Topology{Kind: testbed.KindStandalone, Build: "redis-7.0"},
 		Workload:   leaseWorkload,
 		Properties: []Property{{Checker: "refused-untouched"}},
-		Verify:     map[string]Verify{"refused-untouched": refusedUntouched},
+		Reads:      map[string]Read{"refused-untouched": readRefusedUntouched},
 		NoProgress: true,
 		Impls:      []string{"prim"},
 	})

@@ -502,63 +502,6 @@ func cutWaiters(first, gap, hold time.Duration) func(*rand.Rand, time.Duration, 
 	}
 }
 
-// verifyCompletionCutOff checks that the fault latch/lost-notifications is
-// about happened: a count-down brought a count to zero while the waiters
-// were cut off (invoked after a cut was in place, answered before its heal
-// began, the heal proving the cut closed the waiters' tracking
-// connections), so that completion's notification was lost. PASS names how
-// many; none is UNKNOWN (nothing the scenario is about was checked).
-func verifyCompletionCutOff(_ context.Context, _ *Env, h *history.History) models.Result {
-	res := models.Result{Checker: "completion-cut-off"}
-	type span struct{ from, to int64 }
-	var cuts []span
-	var open *history.Operation
-	for k := range h.Ops {
-		op := &h.Ops[k]
-		if op.F != history.FNemesis {
-			continue
-		}
-		switch op.Key {
-		case models.NemesisFault:
-			if op.Type == history.OK {
-				open = op
-			}
-		case models.NemesisHeal:
-			if open != nil && op.Type == history.OK && strings.Contains(op.Value, "closed by the cut") {
-				cuts = append(cuts, span{open.Return, op.T})
-			}
-			open = nil
-		}
-	}
-	zeros := 0
-	for k := range h.Ops {
-		op := &h.Ops[k]
-		if op.F != history.FLatchCountDown || op.Type != history.OK || op.Count != 0 {
-			continue
-		}
-		for _, c := range cuts {
-			if op.T > c.from && op.Return < c.to {
-				zeros++
-				break
-			}
-		}
-	}
-	res.Ops = zeros
-	switch {
-	case len(cuts) == 0:
-		res.Verdict, res.Summary = models.Unknown, "no cut was proven (no heal found the waiters' tracking connections closed): nothing checked"
-	case zeros == 0:
-		res.Verdict = models.Unknown
-		res.Summary = fmt.Sprintf("no count reached zero while the waiters were cut off (%s): no completion's notification was lost, nothing checked",
-			models.Plural(int64(len(cuts)), "proven cut"))
-	default:
-		res.Verdict = models.Pass
-		res.Summary = fmt.Sprintf("%s reached zero while the waiters were cut off (%s): those completions' notifications were lost",
-			models.Plural(int64(zeros), "count"), models.Plural(int64(len(cuts)), "proven cut"))
-	}
-	return res
-}
-
 // latchCheck: the wake bound covers a waiter's re-read without a
 // notification (prim: every 2s while tracked) and a loaded machine.
 var latchCheck = models.Options{WakeBound: 2500 * time.Millisecond}
@@ -608,7 +551,6 @@ func init() {
 		Topo: standalone, Workload: latchWorkload(latchCfg{signalDelay: 100 * time.Millisecond, waitBound: 6 * time.Second}),
 		Nemesis:    cutWaiters(1500*time.Millisecond, 2*time.Second, 300*time.Millisecond),
 		Properties: append(latchProps(false), Property{Checker: "completion-cut-off"}),
-		Verify:     map[string]Verify{"completion-cut-off": verifyCompletionCutOff},
 		// A waiter cut off answers after the heal and its watcher's
 		// reconnection, or its own re-read (every 2s while tracked, each
 		// bounded by the cut's 300ms): 4.5s leaves a loaded machine 2s;

@@ -26,7 +26,8 @@ import (
 // exclusion checker holds the holders' validity windows (invocation + ttl);
 // redlock-validity holds each acquisition's claimed validity to the ttl less
 // the drift allowance its implementation declares and less the time the
-// acquisition took (verifyRedlockValidity).
+// acquisition took (models.CheckRedlockValidity, from the history alone: the
+// acquisition's ok records both the claim and the declared allowance).
 
 // redlockKey is the lock's key on every node.
 const redlockKey = "redlock"
@@ -82,8 +83,10 @@ func redlockWorkloadRenewing(stall float64, stallFor func(ttl time.Duration) tim
 			switch {
 			case err == nil:
 				// Count: the validity the implementation claims at its
-				// return, in µs (redlock-validity).
-				rec.OK(proc, history.Op{Owner: held.Owner(), TTLMs: ttlMs, Count: held.Validity().Microseconds()})
+				// return, in µs; DriftUs: the drift allowance it declares
+				// for the ttl (redlock-validity judges the one by the other).
+				rec.OK(proc, history.Op{Owner: held.Owner(), TTLMs: ttlMs, Count: held.Validity().Microseconds(),
+					DriftUs: env.Redlock.DriftAllowance(env.TTL).Microseconds()})
 			case errors.Is(err, ErrContended):
 				rec.Fail(proc, history.Op{Owner: att.Owner()})
 				sleep(ctx, backoff)
@@ -158,98 +161,6 @@ func redlockProps(hazard bool) []Property {
 	return []Property{{Checker: "exclusion"}, {Checker: "fenced-resource"}, {Checker: "lease-protocol"}, {Checker: "redlock-validity"}}
 }
 
-// redlockElapsedSlack is what redlock-validity allows an acquisition's
-// claimed validity beyond ttl − (its return − its invocation) − drift: the
-// harness's stamps bracket the implementation's own clock readings (its
-// start after the invocation, its claim before the completion is recorded),
-// and the scheduling between them on a loaded machine is given this much.
-// An implementation that leaves out the elapsed time exceeds the bound by
-// the acquisition's round trip less this: 40ms and more on redlock/latency.
-const redlockElapsedSlack = 40 * time.Millisecond
-
-// verifyRedlockValidity checks, from the history, that no acquisition
-// claimed more validity than its ttl minus the drift allowance its
-// implementation declares (RedlockImpl.DriftAllowance), nor more than that
-// less the time the acquisition took as the harness saw it (from its
-// invocation to its completion, which brackets the implementation's own
-// measure), with redlockElapsedSlack for the scheduling between the two: a
-// lease's validity is ttl − elapsed − drift, so an implementation that
-// forgets the drift claims more than the first bound on every acquisition,
-// and one that forgets the elapsed time claims more than the second where
-// the round trip to the nodes is long (redlock/latency); prim's is held to
-// the exact bound by servertest's TestRedlockValidity. No ok acquisition:
-// UNKNOWN (nothing checked).
-func verifyRedlockValidity(_ context.Context, env *Env, h *history.History) models.Result {
-	res := models.Result{Checker: "redlock-validity"}
-	n := 0
-	for k := range h.Ops {
-		op := &h.Ops[k]
-		if op.F != history.FAcquire || op.Type != history.OK {
-			continue
-		}
-		n++
-		ttl := time.Duration(op.TTLMs) * time.Millisecond
-		claimed := time.Duration(op.Count) * time.Microsecond
-		most := ttl - env.Redlock.DriftAllowance(ttl)
-		took := time.Duration(op.Return - op.Call())
-		var msg string
-		switch {
-		case claimed > most:
-			msg = fmt.Sprintf("acquisition claimed %v of validity on a %v lease: more than ttl − drift allowance (%v)", claimed, ttl, most)
-		case claimed > most-took+redlockElapsedSlack:
-			msg = fmt.Sprintf("acquisition claimed %v of validity on a %v lease that took %v to acquire: more than ttl − elapsed − drift allowance (%v, %v allowed for scheduling)",
-				claimed, ttl, took.Round(time.Microsecond), (most - took).Round(time.Microsecond), redlockElapsedSlack)
-		default:
-			continue
-		}
-		res.Violations++
-		if len(res.Evidence) < 10 {
-			res.Evidence = append(res.Evidence, models.Evidence{Kind: "validity", Key: redlockKey, Ops: []history.Operation{*op}, Msg: msg})
-		}
-	}
-	res.Ops = n
-	switch {
-	case n == 0:
-		res.Verdict, res.Summary = models.Unknown, "no acquisition succeeded: no claimed validity to check"
-	case res.Violations > 0:
-		res.Verdict = models.Fail
-		res.Kinds = map[string]int{"validity": res.Violations}
-		res.Summary = fmt.Sprintf("%s of %d; first: %s", models.Plural(int64(res.Violations), "acquisition claimed too much validity"), n, res.Evidence[0].Msg)
-	default:
-		res.Verdict = models.Pass
-		res.Summary = fmt.Sprintf("%s claimed at most ttl − the time it took − the declared drift allowance (%s at this ttl; %v allowed for scheduling)",
-			models.Plural(int64(n), "acquisition"), env.Redlock.DriftAllowance(env.TTL), redlockElapsedSlack)
-	}
-	return res
-}
-
-// verifyStaleWriteShown runs the fenced-resource oracle on the history of
-// redlock/pause-client, where a stale write is the demonstration, not a bug:
-// the unfenced resource accepting writes out of acquisition order (Redlock
-// hands out no token to refuse them) is PASS, listed in the summary; no
-// stale write is UNKNOWN (no pause caught a write: nothing shown); any other
-// violation of the resource is FAIL.
-func verifyStaleWriteShown(_ context.Context, _ *Env, h *history.History) models.Result {
-	ck, _ := models.Lookup("fenced-resource")
-	r := ck.Check(h, models.Options{Drift: 20 * time.Millisecond})
-	r.Checker = "stale-write-shown"
-	switch r.Verdict {
-	case models.Pass:
-		r.Verdict, r.Summary = models.Unknown, "no stale write reached the resource: no pause caught a write, nothing shown ("+r.Summary+")"
-	case models.Fail:
-		if len(r.Kinds) == 1 && r.Kinds[models.KindStaleWrite] > 0 {
-			first := ""
-			if len(r.Evidence) > 0 {
-				first = "; first: " + r.Evidence[0].Msg
-			}
-			r = models.Result{Checker: r.Checker, Verdict: models.Pass, Ops: r.Ops,
-				Summary: fmt.Sprintf("shown: the unfenced resource accepted %s after a later holder's (Redlock gives no fencing token to refuse them)%s",
-					models.Plural(int64(r.Kinds[models.KindStaleWrite]), "stale write"), first)}
-		}
-	}
-	return r
-}
-
 // redlockScenario registers redlock/<fault>.
 func redlockScenario(s *Scenario) {
 	s.Name = "redlock/" + s.Name
@@ -263,10 +174,6 @@ func redlockScenario(s *Scenario) {
 	if s.Check == (models.Options{}) {
 		s.Check = models.Options{Drift: 20 * time.Millisecond}
 	}
-	if s.Verify == nil {
-		s.Verify = map[string]Verify{}
-	}
-	s.Verify["redlock-validity"] = verifyRedlockValidity
 	s.Needs = allNeeds(s.Needs, redlockTTLNeeds) // its own first: redlock/latency's floor is the higher
 	Register(s)
 }
@@ -438,7 +345,6 @@ func init() {
 			"when it lists those stale writes (the reason to fence, shown — not a bug in the algorithm), is UNKNOWN " +
 			"when no pause caught a write, and FAILs on any other violation; exclusion must hold.",
 		Properties: []Property{{Checker: "exclusion"}, {Checker: "stale-write-shown"}, {Checker: "lease-protocol"}, {Checker: "redlock-validity"}},
-		Verify:     map[string]Verify{"stale-write-shown": verifyStaleWriteShown},
 		Workload:   redlockWorkload(0.3, func(ttl time.Duration) time.Duration { return ttl + ttl/2 }, false),
 		Needs:      stallNeeds})
 }

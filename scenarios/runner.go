@@ -684,46 +684,37 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	out.Header = &history.Header{Header: history.HeaderMagic, Version: 1, Scenario: s.Name, Impl: impl.Name(),
 		Build: buildName, Seed: cfg.Seed, Clients: cfg.Clients, DurationNs: int64(cfg.Duration), TTLMs: cfg.TTL.Milliseconds(),
 		Nemesis: s.Nemesis != nil, FaultsScheduled: len(events), Options: models.HeaderOptions(check)}
-	var vs []Verdict
+	// Every property is judged by its models checker from the history and
+	// the data the header carries (models.CheckProperty), as fencecheck
+	// judges it offline: first the header gets that data — the run's reason
+	// for a property with nothing to check, the servers' state a checker
+	// needs read after the run — then the history carries the header.
 	for _, p := range s.Properties {
-		var r models.Result
-		na := ""
-		switch {
-		case p.Checker == "leaks" && leakNA != "":
-			na = leakNA
-		case p.Checker == "token-order" && !impl.Fenced():
-			na = "nothing to check: " + impl.Name() + " hands out no fencing tokens"
-		}
-		if na != "" {
-			r = models.Result{Checker: p.Checker, Verdict: models.Unknown, Summary: na}
-			out.Results = append(out.Results, PropertyResult{Property: p, Checker: p.Checker, Expect: p.Expect.String(), Verdict: NA, Result: r})
-			// The reason is the run's (the servers, the topology): an
-			// offline check states it as recorded.
-			hp := models.HeaderProperty(p)
-			hp.Custom, hp.Verdict, hp.Summary = true, string(NA), r.Summary
-			out.Header.Properties = append(out.Header.Properties, hp)
-			continue
-		}
-		if v, ok := s.Verify[p.Checker]; ok {
-			vctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			start := time.Now()
-			r = v(vctx, env, h)
-			r.Elapsed = time.Since(start)
-			cancel()
-		} else if c, ok := models.Lookup(p.Checker); ok {
-			r = c.Check(h, check)
-		} else {
+		if _, ok := models.Lookup(p.Checker); !ok {
 			return nil, fmt.Errorf("scenarios: %s: unknown checker %q", s.Name, p.Checker)
 		}
-		v := models.Judge(p, &r, effects)
-		out.Results = append(out.Results, PropertyResult{Property: p, Checker: p.Checker, Expect: p.Expect.String(), Verdict: v, Result: r})
-		vs = append(vs, v)
 		hp := models.HeaderProperty(p)
-		if _, custom := s.Verify[p.Checker]; custom {
-			// It read the servers: an offline check can only say what it found.
-			hp.Custom, hp.Verdict, hp.Summary = true, string(v), r.Summary
+		switch {
+		case p.Checker == "leaks" && leakNA != "":
+			hp.NotChecked = leakNA
+		case p.Checker == "token-order" && !impl.Fenced():
+			hp.NotChecked = "nothing to check: " + impl.Name() + " hands out no fencing tokens"
+		}
+		if read, ok := s.Reads[p.Checker]; ok {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			hp.Reads = read(rctx, env, h)
+			cancel()
 		}
 		out.Header.Properties = append(out.Header.Properties, hp)
+	}
+	h.Header = out.Header
+	var vs []Verdict
+	for k, p := range s.Properties {
+		r, v, _ := models.CheckProperty(h, p, out.Header.Properties[k].NotChecked, check, effects)
+		out.Results = append(out.Results, PropertyResult{Property: p, Checker: p.Checker, Expect: p.Expect.String(), Verdict: v, Result: r})
+		if v != NA {
+			vs = append(vs, v)
+		}
 	}
 	// A fault that did not happen as scheduled leaves the scenario untested:
 	// it cannot PASS (a FAIL found anyway still stands).

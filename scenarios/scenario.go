@@ -49,8 +49,7 @@ const (
 	MayHazard = models.MayHazard
 )
 
-// Property is one checker of package models (or a Verify check of the
-// scenario) with its expectation.
+// Property is one checker of package models with its expectation.
 type Property = models.Property
 
 // HazardKinds are the violation kinds a checker's MayHazard property counts
@@ -160,15 +159,18 @@ type Scenario struct {
 	// independent set): the workload drives a RedlockImpl (Env.Redlock) with
 	// one client per node (Env.NodeClients), and only those run it.
 	Redlock bool
-	// Verify holds the scenario's own checks, by property name, for what a
-	// history cannot show (the server's state after the run); the other
-	// properties name checkers of package models.
-	Verify map[string]Verify
+	// Reads holds, by property name, the reads of the servers' state after
+	// the run that a property's checker needs beside the history (what a
+	// history cannot show): the run records them in the history's header as
+	// data (history.HeaderProperty.Reads), and the checker of package
+	// models judges them with the history, in the run and offline alike.
+	Reads map[string]Read
 }
 
-// Verify is a scenario's own check, run after the workload while the servers
-// are still up.
-type Verify func(ctx context.Context, env *Env, h *history.History) models.Result
+// Read reads, after the workload while the servers are still up, the
+// servers' state a property's checker judges (a failed read is recorded
+// with its error: the checker is then UNKNOWN).
+type Read func(ctx context.Context, env *Env, h *history.History) []history.ServerRead
 
 // Env is what a workload and a nemesis act on.
 type Env struct {

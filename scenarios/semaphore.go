@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"time"
 
@@ -208,7 +209,7 @@ func init() {
 			"the no-expiry-kept check finds it on the server, the proof the crash happened).",
 		Topo: standalone, Properties: semProps(false, "no-expiry-kept"),
 		Workload: semWorkload(0.1, func(ttl time.Duration) time.Duration { return ttl / 10 }, 0.2, true),
-		Verify:   map[string]Verify{"no-expiry-kept": verifyNoExpiryKept}})
+		Reads:    map[string]Read{"no-expiry-kept": readNoExpiryKept}})
 	semScenario(&Scenario{Name: "baseline-cluster",
 		Summary: "on a 3-primary cluster (cluster clients; the semaphore on its slot's owner). Never more than capacity.",
 		Topo:    clusterTopo, Properties: semProps(false)})
@@ -244,86 +245,55 @@ func semPartitionClients(r *rand.Rand, d, _ time.Duration) []Event {
 	return evs
 }
 
-// keptOwners are the owners of crashedPermits: the permits the leak scan
-// does not count.
+// keptOwners are the owners of the crashed holders' permits without expiry
+// (models.CrashedPermits): the permits the leak scan does not count.
 func keptOwners(h *history.History) map[string]bool {
 	kept := map[string]bool{}
-	for _, op := range crashedPermits(h) {
+	for _, op := range models.CrashedPermits(h) {
 		kept[op.Owner] = true
 	}
 	return kept
 }
 
-// crashedPermits are the permits without expiry the history shows acquired
-// and never released (no release invoked with their owner): the crashed
-// holders'.
-func crashedPermits(h *history.History) []*history.Operation {
-	released := map[string]bool{}
-	for k := range h.Ops {
-		if op := &h.Ops[k]; op.F == history.FRelease && op.Key == semKey {
-			released[op.Owner] = true
-		}
+// readNoExpiryKept reads, on the server after the run, each permit a
+// crashed holder took without expiry (models.CrashedPermits): its score in
+// the semaphore's sorted set, models.PermitKept for no deadline,
+// models.PermitAbsent when it is gone. The no-expiry-kept checker judges
+// them with the history (the design's promise: only a release ends such a
+// permit; and the proof that the crash happened).
+func readNoExpiryKept(ctx context.Context, env *Env, h *history.History) []history.ServerRead {
+	crashed := models.CrashedPermits(h)
+	if len(crashed) == 0 {
+		return nil
 	}
-	var out []*history.Operation
-	for k := range h.Ops {
-		op := &h.Ops[k]
-		if op.F == history.FSemAcquire && op.Type == history.OK && op.TTLMs == 0 && !released[op.Owner] {
-			out = append(out, op)
+	a, node, err := semPrimary(ctx, env)
+	if err != nil {
+		return []history.ServerRead{{Key: semKey, Err: "cannot read the server: " + err.Error()}}
+	}
+	var out []history.ServerRead
+	for _, op := range crashed {
+		rd := history.ServerRead{Node: node, Key: op.Key, Member: op.Owner}
+		score, err := a.ZScore(ctx, env.Key(op.Key), op.Owner).Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+			rd.Reply = models.PermitAbsent
+		case err != nil:
+			rd.Err = err.Error()
+		case math.IsInf(score, 1):
+			rd.Reply = models.PermitKept
+		default:
+			rd.Reply = strconv.FormatFloat(score, 'f', -1, 64)
 		}
+		out = append(out, rd)
 	}
 	return out
 }
 
-// verifyNoExpiryKept checks, on the server after the run, that every permit
-// a crashed holder took without expiry is still held, without expiry: the
-// design's promise (only a release ends it), and the proof that the crash
-// happened. No crashed holder in the history: UNKNOWN (the crash did not
-// happen, nothing was checked).
-func verifyNoExpiryKept(ctx context.Context, env *Env, h *history.History) models.Result {
-	res := models.Result{Checker: "no-expiry-kept"}
-	crashed := crashedPermits(h)
-	if len(crashed) == 0 {
-		res.Verdict, res.Summary = models.Unknown, "no holder crashed holding a permit without expiry (none was acquired): nothing checked"
-		return res
-	}
-	a, err := semPrimary(ctx, env)
-	if err != nil {
-		res.Verdict, res.Summary = models.Unknown, "cannot read the server: "+err.Error()
-		return res
-	}
-	var kept []string
-	for _, op := range crashed {
-		score, err := a.ZScore(ctx, env.Key(semKey), op.Owner).Result()
-		switch {
-		case errors.Is(err, redis.Nil):
-			res.Verdict = models.Fail
-			res.Summary = fmt.Sprintf("process %d's permit %s, taken without expiry and never released (it crashed), is gone from the server", op.Process, op.Owner)
-			res.Violations = 1
-			res.Evidence = append(res.Evidence, models.Evidence{Kind: "permit-lost", Key: semKey, Msg: res.Summary, Ops: []history.Operation{*op}})
-			return res
-		case err != nil:
-			res.Verdict, res.Summary = models.Unknown, "cannot read the server: "+err.Error()
-			return res
-		case !math.IsInf(score, 1):
-			res.Verdict = models.Fail
-			res.Summary = fmt.Sprintf("process %d's permit %s, taken without expiry, has the deadline %.0f on the server", op.Process, op.Owner, score)
-			res.Violations = 1
-			res.Evidence = append(res.Evidence, models.Evidence{Kind: "permit-expires", Key: semKey, Msg: res.Summary, Ops: []history.Operation{*op}})
-			return res
-		}
-		kept = append(kept, fmt.Sprintf("process %d's %s", op.Process, op.Owner))
-	}
-	res.Verdict, res.Ops = models.Pass, len(crashed)
-	res.Summary = fmt.Sprintf("%s crashed holding a permit without expiry, still held on the server after the run (kept by design, not a leak): %s",
-		models.Plural(len(crashed), "holder"), strings.Join(kept, ", "))
-	return res
-}
-
 // semPrimary is an admin client of the node that holds the semaphore's key
-// as a primary.
-func semPrimary(ctx context.Context, env *Env) (*redis.Client, error) {
+// as a primary, and the node's name.
+func semPrimary(ctx context.Context, env *Env) (*redis.Client, string, error) {
 	if env.Topo == nil {
-		return nil, errors.New("an external deployment")
+		return nil, "", errors.New("an external deployment")
 	}
 	for _, n := range env.Topo.Nodes() {
 		a := n.Admin()
@@ -331,11 +301,11 @@ func semPrimary(ctx context.Context, env *Env) (*redis.Client, error) {
 		if err != nil || len(role) == 0 || role[0] != "master" {
 			continue
 		}
-		if n, err := a.Exists(ctx, env.Key(semKey)).Result(); err == nil && n == 1 {
-			return a, nil
+		if k, err := a.Exists(ctx, env.Key(semKey)).Result(); err == nil && k == 1 {
+			return a, n.Name, nil
 		}
 	}
-	return nil, fmt.Errorf("no primary holds %s", env.Key(semKey))
+	return nil, "", fmt.Errorf("no primary holds %s", env.Key(semKey))
 }
 
 // permitsLeft lists the live permits of the semaphore key (a sorted set of

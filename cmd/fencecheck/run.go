@@ -73,8 +73,7 @@ type resultReport struct {
 	// Judgement is the property's verdict under its expectation: what
 	// coordtorture decided for it. Verdict is the checker's own.
 	Judgement models.Judgement `json:"judgement"`
-	// Note says what fencecheck could not do (a check that needs the
-	// servers, a checker it does not know).
+	// Note explains an N/A: the run's reason, confirmed by the history.
 	Note string `json:"note,omitempty"`
 	HTML string `json:"html,omitempty"`
 }
@@ -205,7 +204,7 @@ func checkFile(name string, stdin io.Reader, cfg config, written map[string]bool
 	fr.Records, fr.Ops = len(h.Records), len(h.Ops)
 	fr.Header = h.Header
 	fr.Cut = h.Cut
-	props, opts, custom, err := plan(h, cfg, &fr)
+	props, opts, notChecked, err := plan(h, cfg, &fr)
 	if err != nil {
 		fr.Error = err.Error()
 		return fr
@@ -224,18 +223,13 @@ func checkFile(name string, stdin io.Reader, cfg config, written map[string]bool
 		if fr.Header != nil {
 			rr.Expect = p.Expect.String()
 		}
-		if hp, ok := custom[p.Checker]; ok {
-			// A check of the scenario's own read the servers after the run:
-			// report what the run found, and say so.
-			rr.Result, rr.Judgement = recorded(hp)
-			rr.Note = "not re-checked offline: the scenario's own check read the servers after the run; this is the verdict the run recorded"
-		} else if c, ok := models.Lookup(p.Checker); ok {
-			rr.Result = c.Check(h, opts)
-			rr.Judgement = models.Judge(p, &rr.Result, effects)
-		} else {
-			rr.Result = models.Result{Checker: p.Checker, Verdict: models.Unknown,
-				Summary: fmt.Sprintf("undecided: this fencecheck has no checker %q", p.Checker)}
-			rr.Judgement = models.JudgedUnknown
+		var known bool
+		rr.Result, rr.Judgement, known = models.CheckProperty(h, p, notChecked[p.Checker], opts, effects)
+		switch {
+		case !known:
+			rr.Summary = fmt.Sprintf("undecided: this fencecheck has no checker %q", p.Checker)
+		case rr.Judgement == models.JudgedNA:
+			rr.Note = "the run had nothing to check (its reason, from the header), and the history holds nothing this checker reads"
 		}
 		if cfg.htmlDir != "" && rr.Visualization != nil {
 			path, err := writeHTML(cfg.htmlDir, name, rr.Result, written)
@@ -262,49 +256,24 @@ func checkFile(name string, stdin io.Reader, cfg config, written map[string]bool
 	return fr
 }
 
-// recorded is the result and verdict a run recorded for a check of the
-// scenario's own (UNKNOWN when the header states none it knows).
-func recorded(hp history.HeaderProperty) (models.Result, models.Judgement) {
-	r := models.Result{Checker: hp.Checker, Summary: hp.Summary}
-	switch j := models.Judgement(hp.Verdict); j {
-	case models.JudgedPass:
-		return r, j
-	case models.JudgedNA:
-		r.Verdict = models.Unknown
-		return r, j
-	case models.JudgedHazard, models.JudgedFail:
-		r.Verdict = models.Fail
-		return r, j
-	}
-	r.Verdict = models.Unknown
-	if r.Summary == "" {
-		r.Summary = "the run recorded no verdict"
-	}
-	return r, models.JudgedUnknown
-}
-
 // plan decides what to check: without a header (or with --check) the chosen
 // or applicable checkers, each must hold; with a header its properties, with
 // their expectations, and its options. Flags given on the command line
-// override the header, and fr.Overrides says which. custom holds the
-// header's checks of the scenario's own, which cannot be re-run offline.
-func plan(h *history.History, cfg config, fr *fileReport) (props []models.Property, o models.Options, custom map[string]history.HeaderProperty, err error) {
+// override the header, and fr.Overrides says which. notChecked holds the
+// header's reasons for the properties the run had nothing to check (data:
+// models.CheckProperty confirms them from the history). A header carries no
+// verdict: every property is recomputed.
+func plan(h *history.History, cfg config, fr *fileReport) (props []models.Property, o models.Options, notChecked map[string]string, err error) {
 	o = cfg.opts
 	var hprops []models.Property
 	if hd := h.Header; hd != nil {
 		if hprops, o, err = models.FromHeader(hd); err != nil {
 			return nil, o, nil, err
 		}
-		custom = map[string]history.HeaderProperty{}
+		notChecked = map[string]string{}
 		for _, hp := range hd.Properties {
-			// A recorded verdict stands only for what cannot be checked
-			// here: a check of the scenario's own (no such checker in this
-			// fencecheck), or a property the run found nothing to check
-			// for (N/A, never a PASS). A checker this fencecheck has is run,
-			// whatever the header says it found.
-			_, known := models.Lookup(hp.Checker)
-			if hp.Custom && (!known || models.Judgement(hp.Verdict) == models.JudgedNA) {
-				custom[hp.Checker] = hp
+			if hp.NotChecked != "" {
+				notChecked[hp.Checker] = hp.NotChecked
 			}
 		}
 		for _, f := range []struct {
@@ -325,7 +294,7 @@ func plan(h *history.History, cfg config, fr *fileReport) (props []models.Proper
 			}
 		}
 		if cfg.check == "" {
-			return hprops, o, custom, nil
+			return hprops, o, notChecked, nil
 		}
 		fr.Overrides = append(fr.Overrides, "--check overrides the run's properties (a checker the run did not have must hold)")
 	}
@@ -442,10 +411,13 @@ expectations: fencecheck then runs exactly the run's checkers with the run's
 options and judges them by the run's rule, so it reaches the run's verdict per
 property and overall. A violation of a may-show-hazard property is HAZARD only
 when every violation is of the hazard's kinds and follows a fault with a proven
-effect; a scheduled fault that did not happen makes the run UNKNOWN; a check of
-the scenario's own that read the servers is not re-run (its recorded verdict is
-shown, and said to be). Flags given on the command line override the header
-(and say so). Without a header every violation is FAIL.
+effect; a scheduled fault that did not happen makes the run UNKNOWN. No verdict
+is taken from the header: every property is recomputed from the history and the
+data the header carries (the servers' state a check read after the run, the
+run's reason for a property with nothing to check, N/A only when the history
+indeed holds nothing to check), or is UNKNOWN naming what it lacks. Flags given
+on the command line override the header (and say so). Without a header every
+violation is FAIL.
 
 Exit status (as coordtorture's): 0 every property passed or showed its
 documented hazard (HAZARD); 1 a property was violated (FAIL); 2 a check was
