@@ -146,6 +146,14 @@
 // reply, counts it (reason "tracking-refused") and logs at Info when the
 // server accepts it again.
 //
+// A Pub/Sub connection that stays open but goes silent (a stalled link, a
+// half-dead peer) is found by its keep-alive: the watcher repeats its
+// SUBSCRIBE after 2s without traffic, and when no confirmation comes back in
+// the next 2s it logs a Warn, counts it (reason "pubsub-silent"), replaces
+// the connection and wakes every waiter of the node to re-check. A tracking
+// read stalled on a silent connection never holds a caller past its
+// context, and Close ends it.
+//
 // A watcher nobody has waited on for 30s closes its two connections; the next
 // wait on its node opens new ones. Call [Coordinator.Close] to stop the
 // watchers: waits in progress end at once with [ErrClosed], and the client

@@ -186,6 +186,9 @@ func (w *watcher) run(ctx context.Context) {
 			continue
 		}
 		backoff = 50 * time.Millisecond
+		// awaiting: a keep-alive SUBSCRIBE was sent and nothing has come
+		// back since.
+		awaiting := false
 		for ctx.Err() == nil {
 			msg, err := w.pubsub.ReceiveTimeout(ctx, 2*keepAlive)
 			if err != nil {
@@ -194,12 +197,28 @@ func (w *watcher) run(ctx context.Context) {
 				}
 				var ne interface{ Timeout() bool }
 				if errors.As(err, &ne) && ne.Timeout() {
+					if awaiting {
+						// The keep-alive SUBSCRIBE got no confirmation in
+						// 2×keepAlive: the connection is open but silent (a
+						// stalled link, a half-dead peer), and invalidations
+						// sent on it are lost. A lost connection: replace it,
+						// and every waiter of the node re-checks.
+						w.c.logger.Warn("prim: invalidation connection silent (no confirmation of its SUBSCRIBE); reconnecting, waiters re-check",
+							"node", w.addr, "after", 2*keepAlive)
+						w.c.m.degradedAdd(ctx, "pubsub-silent")
+						w.replacePubSub(ctx)
+						w.wakeAll()
+						break
+					}
 					// Keeps an idle subscription checked: SUBSCRIBE again, which
 					// the subscription needs anyway, and whose refusal is a
 					// refused subscription. (A PING needs +ping as well, and
 					// its refusal could not be told from a refused SUBSCRIBE.)
-					// A write error shows in the next receive.
+					// A write error shows in the next receive; no
+					// confirmation by the next spell's end, a silent
+					// connection.
 					_ = w.pubsub.Subscribe(ctx, "__redis__:invalidate")
+					awaiting = true
 					continue
 				}
 				// A null payload (FLUSHALL/FLUSHDB) reaches here as an unsupported
@@ -221,6 +240,7 @@ func (w *watcher) run(ctx context.Context) {
 				}
 				continue
 			}
+			awaiting = false // the connection answered
 			if sub, ok := msg.(*redis.Subscription); ok && sub.Kind == "subscribe" {
 				// Invalidations reach a RESP2 redirect target only once it is
 				// subscribed; whoever tracked a key before this may have missed one.
@@ -258,6 +278,21 @@ func (w *watcher) run(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// replacePubSub closes the current Pub/Sub connection and starts a new
+// PubSub (no connection until its first subscription, which run sends next).
+// Until that one is confirmed the watcher is not ready, so no read is
+// tracked with a redirect to the dead connection. Only run calls it; close
+// reads w.pubsub under mu.
+func (w *watcher) replacePubSub(ctx context.Context) {
+	w.mu.Lock()
+	old := w.pubsub
+	w.pubsub = w.ps.Subscribe(ctx)
+	w.subEpoch = 0
+	w.readyLocked()
+	w.mu.Unlock()
+	_ = old.Close()
 }
 
 // maxRefusedBackoff bounds the wait between subscriptions the server refuses.
@@ -639,7 +674,10 @@ func (w *watcher) close() {
 		// closes its connection, which ends the read at once.
 	}
 	w.cancel()
-	_ = w.pubsub.Close()
+	w.mu.Lock()
+	ps := w.pubsub
+	w.mu.Unlock()
+	_ = ps.Close()
 	_ = w.tr.Close()
 	<-w.done
 	_ = w.ps.Close()

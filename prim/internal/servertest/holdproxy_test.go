@@ -1,0 +1,179 @@
+package servertest_test
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+)
+
+// holdProxy is an in-test TCP proxy in front of one server that can hold or
+// drop one direction of chosen connections, where toxiproxy's links act on
+// every connection of a peer: a stalled reply (hold the server's bytes), a
+// stalled request (hold the client's), a silent Pub/Sub connection (drop the
+// server's bytes on the connection that sent SUBSCRIBE) while the others go
+// on. It listens on 127.0.0.1 only and closes everything at the test's end.
+type holdProxy struct {
+	t      testing.TB
+	ln     net.Listener
+	target string
+
+	mu    sync.Mutex
+	conns []*proxyConn
+}
+
+// proxyConn is one client connection through the proxy.
+type proxyConn struct {
+	client, server net.Conn
+
+	mu   sync.Mutex
+	sent bytes.Buffer // the first 64 KiB the client sent
+	// holdUp / holdDown: bytes of that direction are held (not forwarded)
+	// while set; dropUp / dropDown: discarded.
+	holdUp, holdDown, dropUp, dropDown bool
+	cond                               *sync.Cond
+}
+
+func newHoldProxy(t testing.TB, target string) *holdProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &holdProxy{t: t, ln: ln, target: target}
+	go p.accept()
+	t.Cleanup(p.close)
+	return p
+}
+
+// Addr is the proxy's address, for a client's Addr.
+func (p *holdProxy) Addr() string { return p.ln.Addr().String() }
+
+func (p *holdProxy) accept() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		s, err := net.Dial("tcp", p.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		pc := &proxyConn{client: c, server: s}
+		pc.cond = sync.NewCond(&pc.mu)
+		p.mu.Lock()
+		p.conns = append(p.conns, pc)
+		p.mu.Unlock()
+		go pc.pump(c, s, true)
+		go pc.pump(s, c, false)
+	}
+}
+
+// pump copies one direction, honouring the hold and drop switches.
+func (pc *proxyConn) pump(from, to net.Conn, up bool) {
+	defer from.Close()
+	defer to.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := from.Read(buf)
+		if n > 0 {
+			pc.mu.Lock()
+			if up && pc.sent.Len() < 64<<10 {
+				pc.sent.Write(buf[:n])
+			}
+			for (up && pc.holdUp) || (!up && pc.holdDown) {
+				pc.cond.Wait()
+			}
+			drop := (up && pc.dropUp) || (!up && pc.dropDown)
+			pc.mu.Unlock()
+			if !drop {
+				if _, werr := to.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
+		}
+		if err != nil {
+			if err != io.EOF {
+				return
+			}
+			return
+		}
+	}
+}
+
+// set changes the connection's switches (f runs with its mutex held).
+func (pc *proxyConn) set(f func(pc *proxyConn)) {
+	pc.mu.Lock()
+	f(pc)
+	pc.cond.Broadcast()
+	pc.mu.Unlock()
+}
+
+// HoldReplies holds the server's bytes on pc (a stalled reply) until Release.
+func (pc *proxyConn) HoldReplies() { pc.set(func(pc *proxyConn) { pc.holdDown = true }) }
+
+// HoldRequests holds the client's bytes on pc (a stalled request).
+func (pc *proxyConn) HoldRequests() { pc.set(func(pc *proxyConn) { pc.holdUp = true }) }
+
+// DropReplies discards the server's bytes on pc: the connection stays open
+// and silent.
+func (pc *proxyConn) DropReplies() { pc.set(func(pc *proxyConn) { pc.dropDown = true }) }
+
+// Release lets both directions through again (held bytes are delivered).
+func (pc *proxyConn) Release() {
+	pc.set(func(pc *proxyConn) { pc.holdUp, pc.holdDown, pc.dropUp, pc.dropDown = false, false, false, false })
+}
+
+func (pc *proxyConn) sentContains(s string) bool {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	return bytes.Contains(bytes.ToLower(pc.sent.Bytes()), bytes.ToLower([]byte(s)))
+}
+
+// Sent returns the connections whose client has sent s (case-insensitive),
+// in the order they were accepted.
+func (p *holdProxy) Sent(s string) []*proxyConn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []*proxyConn
+	for _, pc := range p.conns {
+		if pc.sentContains(s) {
+			out = append(out, pc)
+		}
+	}
+	return out
+}
+
+// Accepted is the number of connections the proxy has accepted.
+func (p *holdProxy) Accepted() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.conns)
+}
+
+// waitSent waits (up to 15 s) for a connection that sent s.
+func (p *holdProxy) waitSent(s string) []*proxyConn {
+	p.t.Helper()
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if cs := p.Sent(s); len(cs) > 0 {
+			return cs
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("no connection through the proxy sent %q", s)
+		}
+	}
+}
+
+func (p *holdProxy) close() {
+	p.ln.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, pc := range p.conns {
+		pc.Release()
+		pc.client.Close()
+		pc.server.Close()
+	}
+}
