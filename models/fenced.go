@@ -166,10 +166,11 @@ func (w *writers) owner(op *history.Operation) (owner string, attributable bool)
 }
 
 // neverGiven reports an ownerless write whose process was never given its
-// token (FAIL, token-reused), naming who was given it, if anyone.
+// token (FAIL, token-not-given: never a hazard, since no lost write gives a
+// process a token it did not ask for), naming who was given it, if anyone.
 func (w *writers) neverGiven(key string, op *history.Operation, c *collector) {
-	if c.full(KindTokenReused) {
-		c.skip(KindTokenReused, op)
+	if c.full(KindTokenNotGiven) {
+		c.skip(KindTokenNotGiven, op)
 		return
 	}
 	ops := []*history.Operation{op}
@@ -183,7 +184,7 @@ func (w *writers) neverGiven(key string, op *history.Operation, c *collector) {
 		ops = append(ops, g.op)
 	}
 	outcome := map[history.Type]string{history.OK: "accepted", history.Fail: "rejected", history.Info: "of unknown outcome"}[op.Type]
-	c.fail(KindTokenReused, key, fmt.Sprintf("write with token %d by process %d (%s, invoked at %s), which had not been given that token by any answered acquisition of its own: %s",
+	c.fail(KindTokenNotGiven, key, fmt.Sprintf("write with token %d by process %d (%s, invoked at %s), which had not been given that token by any answered acquisition of its own: %s",
 		op.Token, op.Process, outcome, fmtT(op.T), who), ops...)
 }
 

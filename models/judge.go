@@ -104,7 +104,7 @@ func (p Property) HazardKinds() []string {
 // counted down more than once by one call (a lost write can only leave a
 // count higher, never lower).
 var NeverHazard = []string{KindStaleWrite, KindSeqOrder, KindBadToken, KindPhantomOwner, KindUnknownOwner, KindLatchUnderflow,
-	KindLatchDecrementedTwice}
+	KindLatchDecrementedTwice, KindTokenNotGiven}
 
 // Judgement is a property's verdict in a scenario run: its checker's Verdict
 // read under the property's Expectation, or the worst of a run's.

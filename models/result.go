@@ -272,6 +272,7 @@ const (
 	KindOverlap         = "overlap"          // exclusion: two holders' validity windows overlap
 	KindOverCapacity    = "over-capacity"    // exclusion: more permits held than the capacity
 	KindTokenReused     = "token-reused"     // fenced-resource: one token accepted from two owners
+	KindTokenNotGiven   = "token-not-given"  // fenced-resource: a write with a token its process was never given
 	KindStaleWrite      = "stale-write"      // fenced-resource: a write with a lower token accepted after a higher one
 	KindBadToken        = "bad-token"        // a non-positive token granted or accepted
 	KindWrongReject     = "wrongly-rejected" // fenced-resource: a current write refused
