@@ -67,7 +67,7 @@ func TestSameVerdictAsTheRun(t *testing.T) {
 		{"redlock/pause-client", "prim", 1, ""}, // PASS when a pause caught a write, else UNKNOWN
 		{"semaphore/no-expiry-crash", "prim", 1, scenarios.Pass},
 		{"hash-lease/old-server", "prim", 1, scenarios.Pass},
-		{"latch/lost-notifications", "prim", 1, scenarios.Pass}, // completion-cut-off from the history
+		{"latch/lost-notifications", "prim", 1, ""}, // completion-cut-off from the history: PASS, or UNKNOWN when no count reached zero during a cut (load)
 		{"fenced-lock/baseline", "redsync", 1, scenarios.Pass},
 	} {
 		t.Run(tc.impl+"/"+tc.scenario, func(t *testing.T) {
