@@ -195,26 +195,40 @@ func TestJudgeRateLimitReach(t *testing.T) {
 	// before: each key's grants well before the fault, within the bound.
 	before := func(b *builder, op history.Op) *builder { return grants(b, op, 2, 0, m(10), m(1)) }
 	burst := func(b *builder, op history.Op, at int64) *builder { return grants(b, op, 4, at, m(10), m(1)) }
+	// straddle: two grants shortly before the effect, two after it.
+	straddle := func(b *builder, op history.Op, at int64) *builder {
+		return grants(grants(b, op, 2, at-m(50), m(10), m(1)), op, 2, at+m(50), m(10), m(1))
+	}
 	k2 := s
 	k2.Key = "k2"
 	two := append([]Effect{}, fault[0], Effect{From: m(6000), At: m(6100), What: "n1's clock reads 4s from real time"})
+	failover := []Effect{{From: m(1000), At: m(1100), What: "the new primary lacks writes", Ongoing: true}}
 	cases := []struct {
 		name string
 		h    *builder
 		want Judgement
 		log  []Effect // nil: fault
 	}{
-		{"over-admission just after the effect", burst(before(new(builder), s), s, m(1200)), JudgedHazard, nil},
-		{"over-admission within two windows of the effect", burst(before(new(builder), s), s, m(3000)), JudgedHazard, nil},
+		{"over-admission straddling the effect", straddle(before(new(builder), s), s, m(1100)), JudgedHazard, nil},
+		// Rule 2: every grant invoked after a loss that ended read state
+		// written after it, whatever the horizon.
+		{"over-admission just after the effect", burst(before(new(builder), s), s, m(1200)), JudgedFail, nil},
+		{"over-admission within two windows of the effect", burst(before(new(builder), s), s, m(3000)), JudgedFail, nil},
+		// An ongoing loss (a deposed primary still taking writes) keeps its reach.
+		{"over-admission just after an ongoing effect", burst(before(new(builder), s), s, m(1200)), JudgedHazard, failover},
+		{"over-admission within two windows of an ongoing effect's end", burst(before(new(builder), s), s, m(17000)), JudgedHazard, failover},
+		{"over-admission long after an ongoing effect's end", burst(before(new(builder), s), s, m(19000)), JudgedFail, failover},
 		{"over-admission long after the effect", burst(before(new(builder), s), s, m(9000)), JudgedFail, nil},
 		{"over-admission on a key first granted after the effect", burst(before(new(builder), s), k2, m(1200)), JudgedFail, nil},
-		{"one key within reach, another first granted after it", burst(burst(before(new(builder), s), s, m(1200)), k2, m(1300)), JudgedFail, nil},
-		{"a bucket over-admitting just after the effect", burst(before(new(builder), bk), bk, m(1200)), JudgedHazard, nil},
+		{"one key within reach, another first granted after it", burst(straddle(before(new(builder), s), s, m(1100)), k2, m(1200)), JudgedFail, nil},
+		{"a bucket over-admitting across the effect", straddle(before(new(builder), bk), bk, m(1100)), JudgedHazard, nil},
+		{"a bucket over-admitting just after the effect", burst(before(new(builder), bk), bk, m(1200)), JudgedFail, nil},
+		{"a bucket over-admitting just after an ongoing effect", burst(before(new(builder), bk), bk, m(1200)), JudgedHazard, failover},
 		{"a bucket over-admitting long after the effect", burst(before(new(builder), bk), bk, m(9000)), JudgedFail, nil},
-		{"a bucket over-admitting both near and long after the effect", burst(burst(before(new(builder), bk), bk, m(1200)), bk, m(9000)), JudgedFail, nil},
+		{"a bucket over-admitting both across and long after the effect", burst(straddle(before(new(builder), bk), bk, m(1100)), bk, m(9000)), JudgedFail, nil},
 		// Two faults: each run of violations is held to one of them.
-		{"two faults, over-admission just after each", burst(burst(before(new(builder), s), s, m(1200)), s, m(6200)), JudgedHazard, two},
-		{"two faults, over-admission between their reaches", burst(burst(burst(before(new(builder), s), s, m(1200)), s, m(4000)), s, m(6200)), JudgedFail, two},
+		{"two faults, over-admission across each", straddle(straddle(before(new(builder), s), s, m(1100)), s, m(6100)), JudgedHazard, two},
+		{"two faults, over-admission between their reaches", burst(straddle(straddle(before(new(builder), s), s, m(1100)), s, m(6100)), s, m(4000)), JudgedFail, two},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -226,7 +240,7 @@ func TestJudgeRateLimitReach(t *testing.T) {
 			if log == nil {
 				log = fault
 			}
-			if c.want == JudgedFail && c.log != nil && len(r.Reaches) < 2 {
+			if c.want == JudgedFail && len(c.log) > 1 && len(r.Reaches) < 2 {
 				t.Fatalf("want separate runs of violations, got %+v", r.Reaches)
 			}
 			if got := Judge(may, &r, log); got != c.want {
