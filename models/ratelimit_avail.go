@@ -91,10 +91,7 @@ func availability(h *history.History, key string, cfg limiterConfig, ops limiter
 			ops = append([]*history.Operation{g}, ops...)
 		}
 		c.fail(KindWronglyLimited, key, msg, ops...)
-		s := since
-		if s == history.Never {
-			s = d.T
-		}
+		s := min(since, d.T)
 		// Any state made before a backward clock jump can keep a request
 		// denied until the clock catches up: no horizon.
 		c.reaches = append(c.reaches, Reach{Kind: KindWronglyLimited, Key: key, Since: s, First: d.T, Last: d.T,
@@ -103,11 +100,11 @@ func availability(h *history.History, key string, cfg limiterConfig, ops limiter
 	switch cfg.algo {
 	case history.AlgoFixed, history.AlgoSliding:
 		look := addSat(2*cfg.window, drift)
-		what := fmt.Sprintf("fixed window (limit %d per %v): no grant to anyone, nor a request of unknown outcome, within two windows (+ %v drift) before it: the counter was empty",
+		what := fmt.Sprintf("fixed window (limit %d per %v): no grant to anyone, nor a request of unknown outcome, within two windows (+ %v drift) before it: the counter was empty, and the limiter denied what its state had to allow (it did not refill)",
 			cfg.limit, time.Duration(cfg.window), time.Duration(drift))
 		if cfg.algo == history.AlgoSliding {
 			look = addSat(cfg.window+cfg.window/cfg.segments+int64(time.Millisecond), drift)
-			what = fmt.Sprintf("sliding window (limit %d per %v in %d segments): no grant to anyone, nor a request of unknown outcome, within %v (a window, a segment, + %v drift) before it: the window was empty",
+			what = fmt.Sprintf("sliding window (limit %d per %v in %d segments): no grant to anyone, nor a request of unknown outcome, within %v (a window, a segment, + %v drift) before it: the window was empty, and the limiter denied what its state had to allow (it did not refill)",
 				cfg.limit, time.Duration(cfg.window), cfg.segments, time.Duration(look-drift), time.Duration(drift))
 		}
 		for _, k := range ops.denials {
@@ -153,7 +150,7 @@ func availability(h *history.History, key string, cfg limiterConfig, ops limiter
 			if least < n+1e-6 {
 				continue
 			}
-			report(d, fmt.Sprintf("%s denied at [%s, %s]; token bucket (burst %d, %d per %v): counting every grant and request of unknown outcome that may have come before it, the bucket held at least %.2f tokens (+ %v drift)",
+			report(d, fmt.Sprintf("%s denied at [%s, %s]; token bucket (burst %d, %d per %v): counting every grant and request of unknown outcome that may have come before it, the bucket held at least %.2f tokens (+ %v drift), and the limiter denied what its state had to allow (it did not refill)",
 				Plural(d.Weight(), "permit"), fmtT(d.T), fmtT(d.Return), cfg.burst, cfg.rate, time.Duration(cfg.period), least, time.Duration(drift)))
 		}
 	}
