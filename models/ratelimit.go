@@ -57,17 +57,24 @@ type grant struct {
 // CheckRateLimit checks the grants (ok allow and allow_wait operations; n
 // permits each, default 1) of every rate limiter against its algorithm's
 // bound, reading the configuration from the operations (algo, limit,
-// window_ms, segments, burst, rate, period_ms):
+// window_ms, segments, burst, rate, period_ms), over spans of every length
+// (w is the window less Drift, the shortest a window lasts in real time):
 //
-//   - fixed: at most limit per server window, so at most 2·limit within any
-//     span shorter than window − Drift;
-//   - sliding: at most limit within any span shorter than window − Drift.
-//     The algorithm rounds each permit's timestamp forward, to its segment's
-//     end, so a permit counts for at least a whole window after it was
-//     granted: limit+1 grants within less than a window cannot happen. (A
-//     bound of window − window/segments would let an implementation that
-//     rounds backward, to the segment's start, pass: its permits expire up to
-//     one segment early, within spans between window − segment and window.);
+//   - fixed: at most limit per server window, and windows do not overlap,
+//     so at most (⌈L/w⌉ + 1)·limit within any span of length L: checked
+//     exactly for spans up to four windows (2·limit in any span shorter
+//     than w, 3·limit shorter than 2w, …), and as (L/w + 2)·limit over
+//     spans of every length, so that a limiter admitting twice its rate in
+//     every window fails;
+//   - sliding: at most limit within any span shorter than w, so at most
+//     ⌈(L+1)/w⌉·limit within any span of length L (exactly up to four
+//     windows, ((L+1)/w + 1)·limit beyond). The algorithm rounds each
+//     permit's timestamp forward, to its segment's end, so a permit counts
+//     for at least a whole window after it was granted: limit+1 grants
+//     within less than a window cannot happen. (A bound of
+//     window − window/segments would let an implementation that rounds
+//     backward, to the segment's start, pass: its permits expire up to one
+//     segment early, within spans between window − segment and window.);
 //   - bucket (continuous refill): at most burst + rate·(span + Drift)/period
 //     within any span.
 //
@@ -76,21 +83,30 @@ type grant struct {
 // all of them were invoked at or after a and completed by b: a violation is
 // certain whatever the instants were. Denied (fail) and unknown (info)
 // requests are not counted. O(n log n): a sweep over invocation times with a
-// Fenwick tree (windows) or a segment tree with range add and range max
-// (bucket: the best end of the span for each start). A limiter that broke
-// its bound is reported twice when the two differ: its worst span, and the
-// span that was complete first (a binary search over completion times,
-// O(n log² n)), whose completion is the violation's time, so that a
-// violation complete before a fault is never blamed on it.
+// Fenwick tree (the windows' exact bounds) or a segment tree with range add
+// and range max (the linear bounds: the best end of the span for each
+// start). A limiter that broke its bound is reported twice when the two
+// differ: its worst span, and the span that was complete first (a binary
+// search over completion times, O(n log² n)), whose completion is the
+// violation's time, so that a violation complete before a fault is never
+// blamed on it.
 //
 // Every limiter over its bound also gets one Reach per run of violating span
 // starts (Result.Reaches), with the key's first grant and a horizon (two
 // windows, or two refills from empty, plus Drift), so that Judge counts an
 // over-admission as a fault's hazard only on a key that had state when the
-// fault struck and in spans starting soon enough after it.
+// fault struck and in spans starting soon enough after it. The reaches are
+// Fresh: a span that starts after a loss that ended (an effect that is not
+// ongoing: a restart that lost the dataset, a clock moved) holds only grants
+// that read state written after the loss, which the algorithm alone decided,
+// so it is FAIL whatever the horizon; an ongoing loss (a failover until its
+// deposed primary is seen demoted) keeps the horizon.
+//
+// Denials are held to the algorithm's state too (availability):
+// KindWronglyLimited, see availability.
 //
 // A history in which no request was granted has nothing to check: UNKNOWN,
-// never PASS.
+// never PASS (unless a denial was wrong).
 func CheckRateLimit(h *history.History, o Options) Result {
 	start := time.Now()
 	o = o.withDefaults()

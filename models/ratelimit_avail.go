@@ -33,6 +33,14 @@ import (
 //     least the refill since then minus what was consumed (a bucket never
 //     holds less than nothing).
 //
+// A denial's RetryAfter (the operation's count, in µs, when recorded) is
+// held to the same state: it is wrongly-limited when it is later than the
+// state must allow the same request, absent other grants (fixed: a window
+// after the last grant that may have come before the denial; sliding: a
+// window and a segment; bucket: the refill of the tokens missing from the
+// lower bound above), with Drift and a millisecond (RetryAfter is rounded
+// up to one).
+//
 // A window's denial is only judged when the state it reads lies within the
 // history (its look-back begins at or after the history's first
 // invocation): a history that begins with a limiter in use says nothing of
@@ -85,6 +93,18 @@ func availability(h *history.History, key string, cfg limiterConfig, ops limiter
 		}
 		return nil
 	}
+	// lastPossible is the latest instant at or before d's completion at
+	// which a grant (or a request of unknown outcome) may have fallen.
+	lastPossible := func(d *history.Operation) (int64, bool) {
+		i := firstRet(d.Return, false)
+		if sufMinT[i] <= d.Return {
+			return d.Return, true
+		}
+		if i > 0 {
+			return possible[i-1].ret, true
+		}
+		return 0, false
+	}
 	report := func(d *history.Operation, msg string) {
 		ops := []*history.Operation{d}
 		if g := latestBefore(d.T); g != nil {
@@ -107,15 +127,33 @@ func availability(h *history.History, key string, cfg limiterConfig, ops limiter
 			what = fmt.Sprintf("sliding window (limit %d per %v in %d segments): no grant to anyone, nor a request of unknown outcome, within %v (a window, a segment, + %v drift) before it: the window was empty, and the limiter denied what its state had to allow (it did not refill)",
 				cfg.limit, time.Duration(cfg.window), cfg.segments, time.Duration(look-drift), time.Duration(drift))
 		}
+		// The state a denial read ends, at the latest, a window (a window
+		// and a segment) after the last grant that may have come before it.
+		life, life2 := cfg.window, "a window"
+		if cfg.algo == history.AlgoSliding {
+			life, life2 = cfg.window+cfg.window/cfg.segments, "a window and a segment"
+		}
 		for _, k := range ops.denials {
 			d := &h.Ops[k]
-			if d.Weight() > cfg.limit || d.T-look < ops.begin {
+			if d.Weight() > cfg.limit {
 				continue
 			}
-			if sufMinT[firstRet(d.T-look, false)] <= d.Return {
-				continue // a grant may have fallen within the look-back
+			if d.T-look >= ops.begin && sufMinT[firstRet(d.T-look, false)] > d.Return {
+				report(d, fmt.Sprintf("%s denied at [%s, %s]; %s", Plural(d.Weight(), "permit"), fmtT(d.T), fmtT(d.Return), what))
+				continue
 			}
-			report(d, fmt.Sprintf("%s denied at [%s, %s]; %s", Plural(d.Weight(), "permit"), fmtT(d.T), fmtT(d.Return), what))
+			if d.Count <= 0 {
+				continue
+			}
+			last, ok := lastPossible(d)
+			if !ok {
+				continue
+			}
+			ra := d.Count * int64(time.Microsecond)
+			if most := last + life + drift + int64(time.Millisecond) - d.T; ra > most {
+				report(d, fmt.Sprintf("%s denied at [%s, %s] with RetryAfter %v: the last grant that may have come before it was by %s, so the state it read is gone %s (+ %v drift, + 1ms) after that, by %v after the request: the RetryAfter is too late",
+					Plural(d.Weight(), "permit"), fmtT(d.T), fmtT(d.Return), time.Duration(ra), fmtT(last), life2, time.Duration(drift), time.Duration(most)))
+			}
 		}
 	case history.AlgoBucket:
 		if cfg.rate <= 0 {
@@ -139,7 +177,9 @@ func availability(h *history.History, key string, cfg limiterConfig, ops limiter
 			cum := float64(preT[inv] - preRet[hi])
 			least := burst - cum // u at the request's end
 			lo := firstRet(u0, true)
-			for i := hi - 1; i >= lo && least >= n; i-- {
+			// Down to the end for a RetryAfter to check: it needs the bound
+			// itself.
+			for i := hi - 1; i >= lo && (least >= n || d.Count > 0); i-- {
 				cum += float64(possible[i].w)
 				elapsed := max(0, d.T-possible[i].ret-drift)
 				least = min(least, burst+perNs*float64(elapsed)-cum)
@@ -148,6 +188,12 @@ func availability(h *history.History, key string, cfg limiterConfig, ops limiter
 			// since (2·burst when the history is long enough).
 			least = min(least, perNs*float64(max(0, d.T-u0-drift))-cum)
 			if least < n+1e-6 {
+				ra := d.Count * int64(time.Microsecond)
+				most := int64(math.Ceil(max(0, n-least)/perNs)) + drift + int64(time.Millisecond)
+				if d.Count > 0 && ra > most {
+					report(d, fmt.Sprintf("%s denied at [%s, %s] with RetryAfter %v; token bucket (burst %d, %d per %v): counting every grant and request of unknown outcome that may have come before it, the bucket held at least %.2f tokens, so it holds %s again by %v (+ %v drift, + 1ms): the RetryAfter is too late",
+						Plural(d.Weight(), "permit"), fmtT(d.T), fmtT(d.Return), time.Duration(ra), cfg.burst, cfg.rate, time.Duration(cfg.period), least, Plural(d.Weight(), "token"), time.Duration(most-drift-int64(time.Millisecond)), time.Duration(drift)))
+				}
 				continue
 			}
 			report(d, fmt.Sprintf("%s denied at [%s, %s]; token bucket (burst %d, %d per %v): counting every grant and request of unknown outcome that may have come before it, the bucket held at least %.2f tokens (+ %v drift), and the limiter denied what its state had to allow (it did not refill)",

@@ -211,3 +211,24 @@ func TestRateLimitAvailability(t *testing.T) {
 	expect(t, rate(t, held().fail(5, m(126), m(126), s), Options{}), Pass)
 	expect(t, rate(t, held().fail(5, m(126)+1, m(126)+1, s), Options{}), Fail, "the window was empty")
 }
+
+// A denial's RetryAfter (count, µs) may not be later than the state it read
+// allows the same request; exactly that late is legal.
+func TestRateLimitRetryAfter(t *testing.T) {
+	f := fixed("r", 2, 100)
+	retry := func(op history.Op, d time.Duration) history.Op { op.Count = d.Microseconds(); return op }
+	full := func() *builder { return grants(new(builder), f, 2, 0, 0, m(1)) }
+	// The counter was made by 1 ms at the latest: gone by 101 ms (+1 ms).
+	expect(t, rate(t, full().fail(5, m(50), m(51), retry(f, 52*time.Millisecond)), Options{}), Pass)
+	expect(t, rate(t, full().fail(5, m(50), m(51), retry(f, 53*time.Millisecond)), Options{}), Fail, "RetryAfter 53ms", "too late")
+	s := sliding("r", 2, 100, 4)
+	expect(t, rate(t, grants(new(builder), s, 2, 0, 0, 0).fail(5, m(50), m(51), retry(s, 76*time.Millisecond)), Options{}), Pass)
+	expect(t, rate(t, grants(new(builder), s, 2, 0, 0, 0).fail(5, m(50), m(51), retry(s, 77*time.Millisecond)), Options{}), Fail, "too late")
+	tb := bucket("r", 2, 1, 100)
+	drained := func() *builder { return grants(new(builder), tb, 2, 0, 0, 0) }
+	// Half a token at 50 ms: the other half by 100 ms.
+	expect(t, rate(t, drained().fail(5, m(50), m(50), retry(tb, 51*time.Millisecond)), Options{}), Pass)
+	expect(t, rate(t, drained().fail(5, m(50), m(50), retry(tb, 52*time.Millisecond)), Options{}), Fail, "RetryAfter 52ms", "too late")
+	// Another grant concurrent with the denial may have taken the half.
+	expect(t, rate(t, drained().ok(6, m(40), m(160), tb).fail(5, m(50), m(50), retry(tb, 151*time.Millisecond)), Options{}), Pass)
+}

@@ -110,6 +110,7 @@ func rateWorkload(cfg LimitConfig, waitShare float64, bursts bool) func(ctx cont
 			}
 			var ok bool
 			var err error
+			var retry time.Duration
 			watch := &replyWatch{}
 			rctx := context.WithValue(ctx, replyWatchKey{}, watch)
 			if op.F == history.FAllowWait {
@@ -119,6 +120,8 @@ func rateWorkload(cfg LimitConfig, waitShare float64, bursts bool) func(ctx cont
 				wctx, cancel := context.WithTimeout(rctx, cfg.span()/2)
 				ok, err = w.Wait(wctx, n)
 				cancel()
+			} else if lr, has := l.(LimiterRetry); has {
+				ok, retry, err = lr.AllowRetry(rctx, n)
 			} else {
 				ok, err = l.Allow(rctx, n)
 			}
@@ -136,7 +139,8 @@ func rateWorkload(cfg LimitConfig, waitShare float64, bursts bool) func(ctx cont
 			case ok:
 				env.Rec.OK(proc, history.Op{})
 			default:
-				env.Rec.Fail(proc, history.Op{})
+				// A denial, with the RetryAfter answered (µs; none: 0).
+				env.Rec.Fail(proc, history.Op{Count: retry.Microseconds()})
 			}
 			sleep(ctx, pause)
 		}
