@@ -437,3 +437,42 @@ func TestJudgeLeakReach(t *testing.T) {
 		}
 	}
 }
+
+// A server clock moved back delays permits (the windows' state lasts
+// longer, the bucket refills nothing until the clock catches up): its
+// effect explains wrongly-limited denials on keys that had state then, and
+// nothing else; no other effect (a restart, a failover) does, since a loss
+// only frees permits — the property's hazard kinds gate that.
+func TestJudgeWronglyLimited(t *testing.T) {
+	f := fixed("r", 2, 100)
+	h := func() *builder {
+		b := grants(new(builder), f, 2, 0, 0, m(1))
+		return b.fail(5, m(1500), m(1501), f)
+	}
+	back := []Effect{{From: m(1000), At: m(1100), What: "n1's clock reads -400ms from real time", Kinds: []string{KindWronglyLimited}}}
+	restart := []Effect{{From: m(1000), At: m(1100), What: "the restart lost the dataset"}}
+	mayBack := Property{Checker: "rate-limit", Expect: MayHazard, Hazards: []string{KindWronglyLimited}}
+	mayOver := Property{Checker: "rate-limit", Expect: MayHazard, Hazards: []string{KindOverLimit}}
+	for _, c := range []struct {
+		name string
+		p    Property
+		b    *builder
+		log  []Effect
+		want Judgement
+	}{
+		{"a denial after a backward jump", mayBack, h(), back, JudgedHazard},
+		{"a denial before the backward jump", mayBack, grants(new(builder), f, 2, 0, 0, m(1)).fail(5, m(500), m(501), f), back, JudgedFail},
+		{"a denial after a restart", mayOver, h(), restart, JudgedFail},
+		{"a denial where the bound must hold", Property{Checker: "rate-limit"}, h(), back, JudgedFail},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := CheckRateLimit(c.b.build(t), Options{})
+			if r.Verdict != Fail || r.Kinds[KindWronglyLimited] == 0 {
+				t.Fatalf("want a wrongly-limited violation, got %s", r.String())
+			}
+			if got := Judge(c.p, &r, c.log); got != c.want {
+				t.Fatalf("verdict %s, want %s: %s (reaches %+v)", got, c.want, r.Summary, r.Reaches)
+			}
+		})
+	}
+}
