@@ -124,7 +124,9 @@ type Op struct {
 	N int64 `json:"n,omitempty"`
 	// Count is a latch count: the initial count of a create/reset invocation,
 	// the remaining count returned by a count-down (-1: generation replaced),
-	// or the number of entries a leak scan found.
+	// the number of entries a leak scan found, the validity a Redlock
+	// acquisition claimed (µs), or the RetryAfter a denied allow answered
+	// (µs).
 	Count int64 `json:"count,omitempty"`
 	// Gen is a latch generation: returned by create/reset/join, carried by
 	// count-down and wait invocations. Generations of one key increase with

@@ -216,7 +216,10 @@ func judgeViolations(p Property, r *Result, effects []Effect) Judgement {
 	// was observed, or for an ongoing loss such as a failover when the
 	// deposed primary was seen demoted, else OngoingFor after; state made
 	// or last proven at that very instant may precede it: equal times are
-	// concurrent) and starting no later than the horizon after that.
+	// concurrent) and starting no later than the horizon after that — no
+	// later than the loss's end itself for a Fresh reach (rate limits) and
+	// an effect that is not ongoing: such spans hold only grants that read
+	// state written after the loss.
 	inReach := func(kind string) bool {
 		for _, x := range r.Reaches {
 			if x.Kind != kind {
@@ -227,7 +230,13 @@ func judgeViolations(p Property, r *Result, effects []Effect) Judgement {
 					return false // another kind's effect, or complete before the fault began
 				}
 				at := ef.Until()
-				return x.Since <= at && x.Last <= addSat(at, x.Horizon)
+				horizon := x.Horizon
+				if x.Fresh && !ef.Ongoing {
+					// Rule: spans starting after a loss that ended read
+					// only state written after it (Reach.Fresh).
+					horizon = 0
+				}
+				return x.Since <= at && x.Last <= addSat(at, horizon)
 			}) {
 				return false
 			}

@@ -195,26 +195,40 @@ func TestJudgeRateLimitReach(t *testing.T) {
 	// before: each key's grants well before the fault, within the bound.
 	before := func(b *builder, op history.Op) *builder { return grants(b, op, 2, 0, m(10), m(1)) }
 	burst := func(b *builder, op history.Op, at int64) *builder { return grants(b, op, 4, at, m(10), m(1)) }
+	// straddle: two grants shortly before the effect, two after it.
+	straddle := func(b *builder, op history.Op, at int64) *builder {
+		return grants(grants(b, op, 2, at-m(50), m(10), m(1)), op, 2, at+m(50), m(10), m(1))
+	}
 	k2 := s
 	k2.Key = "k2"
 	two := append([]Effect{}, fault[0], Effect{From: m(6000), At: m(6100), What: "n1's clock reads 4s from real time"})
+	failover := []Effect{{From: m(1000), At: m(1100), What: "the new primary lacks writes", Ongoing: true}}
 	cases := []struct {
 		name string
 		h    *builder
 		want Judgement
 		log  []Effect // nil: fault
 	}{
-		{"over-admission just after the effect", burst(before(new(builder), s), s, m(1200)), JudgedHazard, nil},
-		{"over-admission within two windows of the effect", burst(before(new(builder), s), s, m(3000)), JudgedHazard, nil},
+		{"over-admission straddling the effect", straddle(before(new(builder), s), s, m(1100)), JudgedHazard, nil},
+		// Rule 2: every grant invoked after a loss that ended read state
+		// written after it, whatever the horizon.
+		{"over-admission just after the effect", burst(before(new(builder), s), s, m(1200)), JudgedFail, nil},
+		{"over-admission within two windows of the effect", burst(before(new(builder), s), s, m(3000)), JudgedFail, nil},
+		// An ongoing loss (a deposed primary still taking writes) keeps its reach.
+		{"over-admission just after an ongoing effect", burst(before(new(builder), s), s, m(1200)), JudgedHazard, failover},
+		{"over-admission within two windows of an ongoing effect's end", burst(before(new(builder), s), s, m(17000)), JudgedHazard, failover},
+		{"over-admission long after an ongoing effect's end", burst(before(new(builder), s), s, m(19000)), JudgedFail, failover},
 		{"over-admission long after the effect", burst(before(new(builder), s), s, m(9000)), JudgedFail, nil},
 		{"over-admission on a key first granted after the effect", burst(before(new(builder), s), k2, m(1200)), JudgedFail, nil},
-		{"one key within reach, another first granted after it", burst(burst(before(new(builder), s), s, m(1200)), k2, m(1300)), JudgedFail, nil},
-		{"a bucket over-admitting just after the effect", burst(before(new(builder), bk), bk, m(1200)), JudgedHazard, nil},
+		{"one key within reach, another first granted after it", burst(straddle(before(new(builder), s), s, m(1100)), k2, m(1200)), JudgedFail, nil},
+		{"a bucket over-admitting across the effect", straddle(before(new(builder), bk), bk, m(1100)), JudgedHazard, nil},
+		{"a bucket over-admitting just after the effect", burst(before(new(builder), bk), bk, m(1200)), JudgedFail, nil},
+		{"a bucket over-admitting just after an ongoing effect", burst(before(new(builder), bk), bk, m(1200)), JudgedHazard, failover},
 		{"a bucket over-admitting long after the effect", burst(before(new(builder), bk), bk, m(9000)), JudgedFail, nil},
-		{"a bucket over-admitting both near and long after the effect", burst(burst(before(new(builder), bk), bk, m(1200)), bk, m(9000)), JudgedFail, nil},
+		{"a bucket over-admitting both across and long after the effect", burst(straddle(before(new(builder), bk), bk, m(1100)), bk, m(9000)), JudgedFail, nil},
 		// Two faults: each run of violations is held to one of them.
-		{"two faults, over-admission just after each", burst(burst(before(new(builder), s), s, m(1200)), s, m(6200)), JudgedHazard, two},
-		{"two faults, over-admission between their reaches", burst(burst(burst(before(new(builder), s), s, m(1200)), s, m(4000)), s, m(6200)), JudgedFail, two},
+		{"two faults, over-admission across each", straddle(straddle(before(new(builder), s), s, m(1100)), s, m(6100)), JudgedHazard, two},
+		{"two faults, over-admission between their reaches", burst(straddle(straddle(before(new(builder), s), s, m(1100)), s, m(6100)), s, m(4000)), JudgedFail, two},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -226,7 +240,7 @@ func TestJudgeRateLimitReach(t *testing.T) {
 			if log == nil {
 				log = fault
 			}
-			if c.want == JudgedFail && c.log != nil && len(r.Reaches) < 2 {
+			if c.want == JudgedFail && len(c.log) > 1 && len(r.Reaches) < 2 {
 				t.Fatalf("want separate runs of violations, got %+v", r.Reaches)
 			}
 			if got := Judge(may, &r, log); got != c.want {
@@ -433,5 +447,44 @@ func TestJudgeLeakReach(t *testing.T) {
 		if got := namesKey(c.server, c.k); got != c.want {
 			t.Errorf("namesKey(%q, %q) = %v", c.server, c.k, got)
 		}
+	}
+}
+
+// A server clock moved back delays permits (the windows' state lasts
+// longer, the bucket refills nothing until the clock catches up): its
+// effect explains wrongly-limited denials on keys that had state then, and
+// nothing else; no other effect (a restart, a failover) does, since a loss
+// only frees permits — the property's hazard kinds gate that.
+func TestJudgeWronglyLimited(t *testing.T) {
+	f := fixed("r", 2, 100)
+	h := func() *builder {
+		b := grants(new(builder), f, 2, 0, 0, m(1))
+		return b.fail(5, m(1500), m(1501), f)
+	}
+	back := []Effect{{From: m(1000), At: m(1100), What: "n1's clock reads -400ms from real time", Kinds: []string{KindWronglyLimited}}}
+	restart := []Effect{{From: m(1000), At: m(1100), What: "the restart lost the dataset"}}
+	mayBack := Property{Checker: "rate-limit", Expect: MayHazard, Hazards: []string{KindWronglyLimited}}
+	mayOver := Property{Checker: "rate-limit", Expect: MayHazard, Hazards: []string{KindOverLimit}}
+	for _, c := range []struct {
+		name string
+		p    Property
+		b    *builder
+		log  []Effect
+		want Judgement
+	}{
+		{"a denial after a backward jump", mayBack, h(), back, JudgedHazard},
+		{"a denial before the backward jump", mayBack, grants(new(builder), f, 2, 0, 0, m(1)).fail(5, m(500), m(501), f), back, JudgedFail},
+		{"a denial after a restart", mayOver, h(), restart, JudgedFail},
+		{"a denial where the bound must hold", Property{Checker: "rate-limit"}, h(), back, JudgedFail},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := CheckRateLimit(c.b.build(t), Options{})
+			if r.Verdict != Fail || r.Kinds[KindWronglyLimited] == 0 {
+				t.Fatalf("want a wrongly-limited violation, got %s", r.String())
+			}
+			if got := Judge(c.p, &r, c.log); got != c.want {
+				t.Fatalf("verdict %s, want %s: %s (reaches %+v)", got, c.want, r.Summary, r.Reaches)
+			}
+		})
 	}
 }

@@ -57,17 +57,24 @@ type grant struct {
 // CheckRateLimit checks the grants (ok allow and allow_wait operations; n
 // permits each, default 1) of every rate limiter against its algorithm's
 // bound, reading the configuration from the operations (algo, limit,
-// window_ms, segments, burst, rate, period_ms):
+// window_ms, segments, burst, rate, period_ms), over spans of every length
+// (w is the window less Drift, the shortest a window lasts in real time):
 //
-//   - fixed: at most limit per server window, so at most 2·limit within any
-//     span shorter than window − Drift;
-//   - sliding: at most limit within any span shorter than window − Drift.
-//     The algorithm rounds each permit's timestamp forward, to its segment's
-//     end, so a permit counts for at least a whole window after it was
-//     granted: limit+1 grants within less than a window cannot happen. (A
-//     bound of window − window/segments would let an implementation that
-//     rounds backward, to the segment's start, pass: its permits expire up to
-//     one segment early, within spans between window − segment and window.);
+//   - fixed: at most limit per server window, and windows do not overlap,
+//     so at most (⌈L/w⌉ + 1)·limit within any span of length L: checked
+//     exactly for spans up to four windows (2·limit in any span shorter
+//     than w, 3·limit shorter than 2w, …), and as (L/w + 2)·limit over
+//     spans of every length, so that a limiter admitting twice its rate in
+//     every window fails;
+//   - sliding: at most limit within any span shorter than w, so at most
+//     ⌈(L+1)/w⌉·limit within any span of length L (exactly up to four
+//     windows, ((L+1)/w + 1)·limit beyond). The algorithm rounds each
+//     permit's timestamp forward, to its segment's end, so a permit counts
+//     for at least a whole window after it was granted: limit+1 grants
+//     within less than a window cannot happen. (A bound of
+//     window − window/segments would let an implementation that rounds
+//     backward, to the segment's start, pass: its permits expire up to one
+//     segment early, within spans between window − segment and window.);
 //   - bucket (continuous refill): at most burst + rate·(span + Drift)/period
 //     within any span.
 //
@@ -76,31 +83,44 @@ type grant struct {
 // all of them were invoked at or after a and completed by b: a violation is
 // certain whatever the instants were. Denied (fail) and unknown (info)
 // requests are not counted. O(n log n): a sweep over invocation times with a
-// Fenwick tree (windows) or a segment tree with range add and range max
-// (bucket: the best end of the span for each start). A limiter that broke
-// its bound is reported twice when the two differ: its worst span, and the
-// span that was complete first (a binary search over completion times,
-// O(n log² n)), whose completion is the violation's time, so that a
-// violation complete before a fault is never blamed on it.
+// Fenwick tree (the windows' exact bounds) or a segment tree with range add
+// and range max (the linear bounds: the best end of the span for each
+// start). A limiter that broke its bound is reported twice when the two
+// differ: its worst span, and the span that was complete first (a binary
+// search over completion times, O(n log² n)), whose completion is the
+// violation's time, so that a violation complete before a fault is never
+// blamed on it.
 //
 // Every limiter over its bound also gets one Reach per run of violating span
 // starts (Result.Reaches), with the key's first grant and a horizon (two
 // windows, or two refills from empty, plus Drift), so that Judge counts an
 // over-admission as a fault's hazard only on a key that had state when the
-// fault struck and in spans starting soon enough after it.
+// fault struck and in spans starting soon enough after it. The reaches are
+// Fresh: a span that starts after a loss that ended (an effect that is not
+// ongoing: a restart that lost the dataset, a clock moved) holds only grants
+// that read state written after the loss, which the algorithm alone decided,
+// so it is FAIL whatever the horizon; an ongoing loss (a failover until its
+// deposed primary is seen demoted) keeps the horizon.
+//
+// Denials are held to the algorithm's state too (availability):
+// KindWronglyLimited, see availability.
 //
 // A history in which no request was granted has nothing to check: UNKNOWN,
-// never PASS.
+// never PASS (unless a denial was wrong).
 func CheckRateLimit(h *history.History, o Options) Result {
 	start := time.Now()
 	o = o.withDefaults()
 	c := newCollector(o)
 	cfgs := make(map[string]*limiterConfig)
 	grants := make(map[string][]grant)
+	infos := make(map[string][]grant)
+	denials := make(map[string][]int)
 	var keys []string
 	n := 0
+	begin := history.Never // the history's first invocation
 	for k := range h.Ops {
 		op := &h.Ops[k]
+		begin = min(begin, op.T)
 		if !isAllow(op.F) {
 			continue
 		}
@@ -116,51 +136,79 @@ func CheckRateLimit(h *history.History, o Options) Result {
 			c.undecided(op.Key, "operations disagree on the limiter configuration", cfg.from, op)
 		}
 		cfg.fill(oc)
-		if op.Type == history.OK {
+		switch {
+		case op.Type == history.OK:
 			grants[op.Key] = append(grants[op.Key], grant{op.T, op.Return, op.Weight(), k})
+		case op.Type == history.Info:
+			// It may have consumed, at any instant after its invocation.
+			infos[op.Key] = append(infos[op.Key], grant{op.T, history.Never, op.Weight(), k})
+		case op.Type == history.Fail && op.F == history.FAllow && op.Err == "":
+			denials[op.Key] = append(denials[op.Key], k)
 		}
 	}
 	slices.Sort(keys)
 	granted := 0
 	for _, key := range keys {
 		granted += len(grants[key])
-		checkLimiter(h, key, *cfgs[key], grants[key], int64(o.Drift), c)
+		checkLimiter(h, key, *cfgs[key], limiterOps{grants[key], infos[key], denials[key], begin}, int64(o.Drift), c)
 	}
 	if granted == 0 {
 		c.undecided("", fmt.Sprintf("nothing to check: none of %s was granted", Plural(n, "request")))
 	}
-	r := c.result("rate-limit", n, fmt.Sprintf("%s to %s: grants within every algorithm's bound", Plural(n, "request"), Plural(len(keys), "limiter")))
+	r := c.result("rate-limit", n, fmt.Sprintf("%s to %s: grants within every algorithm's bound, and no request denied that the algorithm's state had to allow", Plural(n, "request"), Plural(len(keys), "limiter")))
 	r.Elapsed = time.Since(start)
 	return r
 }
 
-func checkLimiter(h *history.History, key string, cfg limiterConfig, gs []grant, drift int64, c *collector) {
+// limiterOps are one limiter's operations: its grants, its requests of
+// unknown outcome (which may have consumed at any instant after their
+// invocation: ret Never), its denials (fail allow operations without an
+// error: a request that failed with an error was not decided), and when
+// the history began.
+type limiterOps struct {
+	grants, infos []grant
+	denials       []int
+	begin         int64
+}
+
+func checkLimiter(h *history.History, key string, cfg limiterConfig, ops limiterOps, drift int64, c *collector) {
+	gs := ops.grants
 	switch cfg.algo {
 	case history.AlgoFixed, history.AlgoSliding:
 		if cfg.limit <= 0 || cfg.window <= 0 {
 			c.undecided(key, "limit or window_ms missing", cfg.from)
 			return
 		}
-		// "Shorter than window − drift": a closed span of at most that − 1ns.
-		span, bound := cfg.window-drift-1, 2*cfg.limit
-		name := fmt.Sprintf("fixed window (limit %d per %v)", cfg.limit, time.Duration(cfg.window))
-		if cfg.algo == history.AlgoSliding {
-			if cfg.segments <= 0 {
-				c.undecided(key, "segments missing for a sliding window", cfg.from)
-				return
-			}
-			span, bound = cfg.window-drift-1, cfg.limit
-			name = fmt.Sprintf("sliding window (limit %d per %v in %d segments)", cfg.limit, time.Duration(cfg.window), cfg.segments)
+		if cfg.algo == history.AlgoSliding && cfg.segments <= 0 {
+			c.undecided(key, "segments missing for a sliding window", cfg.from)
+			return
 		}
-		if span < 0 {
+		// w is the shortest a window can last in real time (the drift
+		// allowance taken off).
+		w := cfg.window - drift
+		if w <= 0 {
 			c.undecided(key, "the drift allowance is longer than the span the bound applies to", cfg.from)
 			return
 		}
+		name := fmt.Sprintf("fixed window (limit %d per %v)", cfg.limit, time.Duration(cfg.window))
+		if cfg.algo == history.AlgoSliding {
+			name = fmt.Sprintf("sliding window (limit %d per %v in %d segments)", cfg.limit, time.Duration(cfg.window), cfg.segments)
+		}
+		checks, base := windowChecks(cfg.algo, cfg.limit, w)
+		perNs := float64(cfg.limit) / float64(w)
 		// A lost or early-freed window's state lets a violating span start
 		// up to a window after the effect was observed; twice that, since a
 		// loss can go on after it is first observed (grants a deposed
 		// primary takes until it is demoted are discarded then).
-		report(h, key, gs, c, span, addSat(2*cfg.window, drift), func(gs []grant) *overLimit { return windowBound(gs, span, bound, name) })
+		report(h, key, gs, c, addSat(2*cfg.window, drift), func(gs []grant) *overLimit {
+			exact := windowBound(gs, checks, name)
+			long := linearBound(gs, base, perNs, func(granted, a, b int64, bound float64) string {
+				return fmt.Sprintf("%s: %s granted within [%s, %s] (span %v), bound %.1f (%d per window of at least %v, and %s)",
+					name, Plural(granted, "permit"), fmtT(a), fmtT(b), time.Duration(b-a), bound, cfg.limit, time.Duration(w), windowSlack(cfg.algo, cfg.limit))
+			})
+			return exact.merge(long)
+		})
+		availability(h, key, cfg, ops, drift, c)
 	case history.AlgoBucket:
 		if cfg.burst <= 0 || cfg.rate < 0 || cfg.period <= 0 {
 			c.undecided(key, "burst, rate or period_ms missing for a token bucket", cfg.from)
@@ -173,12 +221,62 @@ func checkLimiter(h *history.History, key string, cfg limiterConfig, gs []grant,
 		if cfg.rate > 0 {
 			horizon = addSat(2*int64(math.Ceil(float64(cfg.burst)*float64(cfg.period)/float64(cfg.rate))), drift)
 		}
-		report(h, key, gs, c, history.Never, horizon, func(gs []grant) *overLimit { return bucketBound(gs, cfg, drift) })
+		perNs := float64(cfg.rate) / float64(cfg.period)
+		report(h, key, gs, c, horizon, func(gs []grant) *overLimit {
+			return linearBound(gs, float64(cfg.burst)+perNs*float64(drift), perNs, func(granted, a, b int64, bound float64) string {
+				return fmt.Sprintf("token bucket (burst %d, %d per %v): %s granted within [%s, %s] (span %v), bound %.1f",
+					cfg.burst, cfg.rate, time.Duration(cfg.period), Plural(granted, "permit"), fmtT(a), fmtT(b), time.Duration(b-a), bound)
+			})
+		})
+		availability(h, key, cfg, ops, drift, c)
 	case "":
 		c.undecided(key, "no algo recorded for the limiter")
 	default:
 		c.undecided(key, fmt.Sprintf("unknown limiter algorithm %q", cfg.algo), cfg.from)
 	}
+}
+
+// exactWindows is how many window lengths the windows' exact bounds are
+// checked over (spanBound); longer spans are held to the linear bound.
+const exactWindows = 4
+
+// spanBound is a bound on closed spans: any [a, a+span] holds at most bound
+// permits.
+type spanBound struct{ span, bound int64 }
+
+// windowChecks returns the exact bounds of a fixed or sliding window over
+// spans up to exactWindows windows long, w being the shortest a window lasts
+// in real time, and the intercept of the linear bound that holds over spans
+// of every length L (base + limit·L/w):
+//
+//   - fixed: a window admits at most limit, and windows do not overlap, so a
+//     span of length L meets at most ⌈L/w⌉ + 1 of them: at most
+//     (⌈L/w⌉ + 1)·limit grants, i.e. (j+1)·limit in any span shorter than
+//     j·w, and at most (L/w + 2)·limit in any;
+//   - sliding: at most limit in any span shorter than w, so a span of length
+//     L (L+1 instants of a nanosecond) splits into ⌈(L+1)/w⌉ such spans: at
+//     most j·limit in any span shorter than j·w, and at most
+//     ((L+1)/w + 1)·limit in any.
+func windowChecks(algo string, limit, w int64) ([]spanBound, float64) {
+	var checks []spanBound
+	for j := int64(1); j <= exactWindows; j++ {
+		b := j * limit
+		if algo == history.AlgoFixed {
+			b += limit
+		}
+		checks = append(checks, spanBound{j*w - 1, b})
+	}
+	if algo == history.AlgoFixed {
+		return checks, float64(2 * limit)
+	}
+	return checks, float64(limit) * (1 + 1/float64(w))
+}
+
+func windowSlack(algo string, limit int64) string {
+	if algo == history.AlgoFixed {
+		return fmt.Sprintf("%d for the two windows a span straddles", 2*limit)
+	}
+	return fmt.Sprintf("%d for the window a span begins in", limit)
 }
 
 // fenwick is a Fenwick tree of int64 sums.
@@ -201,22 +299,45 @@ func (f fenwick) sum(i int) int64 {
 
 // overLimit is a bound's violation: the worst span [a, b] and what it says.
 type overLimit struct {
-	a, b int64
-	msg  string
-	runs [][2]int64 // the violating span starts, as runs [first, last] (ascending)
+	a, b   int64
+	excess float64 // permits over the bound in the worst span
+	msg    string
+	runs   []startRun // the violating span starts, as runs (ascending within each bound)
+}
+
+// startRun is a run of violating span starts [first, last] of one bound,
+// whose spans are at most len long (history.Never: unbounded).
+type startRun struct{ first, last, len int64 }
+
+// merge returns the violation of o or p with the most permits over its
+// bound (o on a tie), with the runs of both; either may be nil.
+func (o *overLimit) merge(p *overLimit) *overLimit {
+	switch {
+	case o == nil:
+		return p
+	case p == nil:
+		return o
+	}
+	w := *o
+	if p.excess > o.excess {
+		w = *p
+	}
+	w.runs = append(slices.Clone(o.runs), p.runs...)
+	return &w
 }
 
 // startRuns groups span starts into runs of violating ones: starts holds
-// every distinct start in descending order, bad whether each violates.
-func startRuns(starts []int64, bad []bool) [][2]int64 {
-	var runs [][2]int64
+// every distinct start in descending order, bad whether each violates, len
+// the longest its spans are.
+func startRuns(starts []int64, bad []bool, length int64) []startRun {
+	var runs []startRun
 	open := false
 	for k := len(starts) - 1; k >= 0; k-- {
 		switch {
 		case bad[k] && open:
-			runs[len(runs)-1][1] = starts[k]
+			runs[len(runs)-1].last = starts[k]
 		case bad[k]:
-			runs = append(runs, [2]int64{starts[k], starts[k]})
+			runs = append(runs, startRun{starts[k], starts[k], length})
 			open = true
 		default:
 			open = false
@@ -230,7 +351,7 @@ func startRuns(starts []int64, bad []bool) [][2]int64 {
 // one: the earliest completion t at which the grants completed by t already
 // break the bound (binary search: a violation stays one when grants are
 // added).
-func report(h *history.History, key string, gs []grant, c *collector, length, horizon int64, bound func([]grant) *overLimit) {
+func report(h *history.History, key string, gs []grant, c *collector, horizon int64, bound func([]grant) *overLimit) {
 	worst := bound(gs)
 	if worst == nil {
 		return
@@ -240,7 +361,8 @@ func report(h *history.History, key string, gs []grant, c *collector, length, ho
 		since = min(since, g.t)
 	}
 	for _, run := range worst.runs {
-		c.reaches = append(c.reaches, Reach{Kind: KindOverLimit, Key: key, Since: since, First: run[0], Last: run[1], Len: length, Horizon: horizon})
+		c.reaches = append(c.reaches, Reach{Kind: KindOverLimit, Key: key, Since: since, First: run.first, Last: run.last,
+			Len: run.len, Horizon: horizon, Fresh: true})
 	}
 	rets := make([]int64, 0, len(gs))
 	for _, g := range gs {
@@ -268,9 +390,10 @@ func report(h *history.History, key string, gs []grant, c *collector, length, ho
 }
 
 // windowBound finds spans [a, a+span] (all grants invoked ≥ a and completed
-// ≤ a+span) holding more than bound permits, and returns the worst (its end
-// the last completion in it), or nil.
-func windowBound(gs []grant, span, bound int64, name string) *overLimit {
+// ≤ a+span) holding more than their bound, for each of checks, and returns
+// the worst (the most permits over its bound; its end the last completion
+// in it), or nil. O(len(checks) · n log n).
+func windowBound(gs []grant, checks []spanBound, name string) *overLimit {
 	if len(gs) == 0 {
 		return nil
 	}
@@ -282,39 +405,59 @@ func windowBound(gs []grant, span, bound int64, name string) *overLimit {
 	byT := slices.Clone(gs)
 	slices.SortFunc(byT, func(a, b grant) int { return cmp.Compare(b.t, a.t) }) // descending
 	fw := make(fenwick, len(gs)+1)
-	var worst, count int64
-	var worstA int64
+	var count, worstGot int64
+	worst, worstA, worstCheck := int64(0), int64(0), -1
 	var starts []int64
-	var bad []bool
+	bad := make([][]bool, len(checks))
+	// hi[i]: the grants completed by the end of check i's span from the
+	// current start; starts descend, so the ends do too.
+	hi := make([]int, len(checks))
+	for i := range hi {
+		hi[i] = len(rets)
+	}
 	for k := 0; k < len(byT); {
 		a := byT[k].t
 		for ; k < len(byT) && byT[k].t == a; k++ {
 			fw.add(sort.Search(len(rets), func(n int) bool { return rets[n] >= byT[k].ret }), byT[k].w)
 		}
-		end := addSat(a, span)
-		hi := sort.Search(len(rets), func(n int) bool { return rets[n] > end })
-		got := fw.sum(hi)
-		starts, bad = append(starts, a), append(bad, got > bound)
-		if got > bound {
-			count++
-			if got > worst {
-				worst, worstA = got, a
+		starts = append(starts, a)
+		any := false
+		for i, ck := range checks {
+			end := addSat(a, ck.span)
+			for hi[i] > 0 && rets[hi[i]-1] > end {
+				hi[i]--
 			}
+			got := fw.sum(hi[i])
+			bad[i] = append(bad[i], got > ck.bound)
+			if got > ck.bound {
+				any = true
+				if got-ck.bound > worst {
+					worst, worstA, worstCheck, worstGot = got-ck.bound, a, i, got
+				}
+			}
+		}
+		if any {
+			count++
 		}
 	}
 	if count == 0 {
 		return nil
 	}
-	end := addSat(worstA, span)
+	ck := checks[worstCheck]
+	end := addSat(worstA, ck.span)
 	last := worstA
 	for _, g := range gs {
 		if g.t >= worstA && g.ret <= end && g.ret > last {
 			last = g.ret
 		}
 	}
-	return &overLimit{worstA, last, fmt.Sprintf("%s: %s granted within [%s, %s] (span %v), bound %d in any span up to %v (%s over the bound)",
-		name, Plural(worst, "permit"), fmtT(worstA), fmtT(last), time.Duration(last-worstA), bound, time.Duration(span), Plural(count, "span start")),
-		startRuns(starts, bad)}
+	var runs []startRun
+	for i, ck := range checks {
+		runs = append(runs, startRuns(starts, bad[i], ck.span)...)
+	}
+	return &overLimit{worstA, last, float64(worst), fmt.Sprintf("%s: %s granted within [%s, %s] (span %v), bound %d in any span up to %v (%s over a bound)",
+		name, Plural(worstGot, "permit"), fmtT(worstA), fmtT(last), time.Duration(last-worstA), ck.bound, time.Duration(ck.span), Plural(count, "span start")),
+		runs}
 }
 
 // reportWindow records one violation with (up to 20 of) the grants
@@ -430,15 +573,17 @@ func (m *maxTree) max(l, r int) float64 {
 	return res
 }
 
-// bucketBound finds spans [a, b] whose contained grants exceed
-// burst + rate·(b − a + drift)/period. For each start a (descending) it
-// keeps, for every candidate end b (a completion time), C(b) − rate·b/period
-// where C(b) is the weight of the grants invoked ≥ a and completed ≤ b.
-func bucketBound(gs []grant, cfg limiterConfig, drift int64) *overLimit {
+// linearBound finds spans [a, b] whose contained grants exceed
+// base + perNs·(b − a) (the token bucket's burst + rate·(span + drift)/period;
+// the windows' bound over spans of every length), and returns the worst
+// (the most permits over the bound), described by describe, or nil. For
+// each start a (descending) it keeps, for every candidate end b (a
+// completion time), C(b) − perNs·b where C(b) is the weight of the grants
+// invoked ≥ a and completed ≤ b: O(n log n).
+func linearBound(gs []grant, base, perNs float64, describe func(granted, a, b int64, bound float64) string) *overLimit {
 	if len(gs) == 0 {
 		return nil
 	}
-	perNs := float64(cfg.rate) / float64(cfg.period)
 	rets := make([]int64, len(gs))
 	for k := range gs {
 		rets[k] = gs[k].ret
@@ -451,7 +596,6 @@ func bucketBound(gs []grant, cfg limiterConfig, drift int64) *overLimit {
 	tree := newMaxTree(leaves)
 	byT := slices.Clone(gs)
 	slices.SortFunc(byT, func(a, b grant) int { return cmp.Compare(b.t, a.t) })
-	limit := float64(cfg.burst) + perNs*float64(drift)
 	const eps = 1e-9
 	var count int64
 	worst, worstA := math.Inf(-1), int64(0)
@@ -464,9 +608,9 @@ func bucketBound(gs []grant, cfg limiterConfig, drift int64) *overLimit {
 			tree.add(pos, len(rets), float64(byT[k].w))
 		}
 		lo := sort.Search(len(rets), func(n int) bool { return rets[n] >= a })
-		excess := tree.max(lo, len(rets)) + perNs*float64(a) - limit
-		starts, bad = append(starts, a), append(bad, excess > eps*max(1, limit))
-		if excess > eps*max(1, limit) {
+		excess := tree.max(lo, len(rets)) + perNs*float64(a) - base
+		starts, bad = append(starts, a), append(bad, excess > eps*max(1, base))
+		if excess > eps*max(1, base) {
 			count++
 			if excess > worst {
 				worst, worstA = excess, a
@@ -501,9 +645,7 @@ func bucketBound(gs []grant, cfg limiterConfig, drift int64) *overLimit {
 			granted += g.w
 		}
 	}
-	span := bestB - worstA
-	return &overLimit{worstA, bestB,
-		fmt.Sprintf("token bucket (burst %d, %d per %v): %s granted within [%s, %s] (span %v), bound %.1f (%s over the bound)",
-			cfg.burst, cfg.rate, time.Duration(cfg.period), Plural(granted, "permit"), fmtT(worstA), fmtT(bestB), time.Duration(span),
-			float64(cfg.burst)+perNs*float64(span+drift), Plural(count, "span start")), startRuns(starts, bad)}
+	return &overLimit{worstA, bestB, worst,
+		fmt.Sprintf("%s (%s over the bound)", describe(granted, worstA, bestB, base+perNs*float64(bestB-worstA)), Plural(count, "span start")),
+		startRuns(starts, bad, history.Never)}
 }

@@ -169,3 +169,66 @@ func rate(t *testing.T, b *builder, o Options) Result {
 	t.Helper()
 	return CheckRateLimit(b.build(t), o)
 }
+
+// Availability (KindWronglyLimited): a denial the algorithm's own state had
+// to grant, counting every grant and uncertain request that may have come
+// before it; boundary-equal times are legal.
+func TestRateLimitAvailability(t *testing.T) {
+	tb := bucket("r", 2, 1, 100) // burst 2, one more per 100 ms
+	drained := func() *builder { return grants(new(builder), tb, 2, 0, 0, 0) }
+	// At 100 ms one token is back: a denial then is legal only up to the
+	// refill's instant.
+	expect(t, rate(t, drained().fail(5, m(100)-1, m(100)-1, tb), Options{}), Pass)
+	expect(t, rate(t, drained().fail(5, m(101), m(101), tb), Options{}), Fail, "held at least 1.01 tokens")
+	// Drift delays the refill.
+	expect(t, rate(t, drained().fail(5, m(104), m(104), tb), Options{Drift: 5 * time.Millisecond}), Pass)
+	// Two tokens asked at 150 ms: one and a half there.
+	two := tb
+	two.N = 2
+	expect(t, rate(t, drained().fail(5, m(150), m(150), two), Options{}), Pass)
+	// An uncertain request may have taken the token back.
+	expect(t, rate(t, drained().info(6, m(60), m(61), tb).fail(5, m(150), m(150), tb), Options{}), Pass)
+	// A grant concurrent with the denial may have come first.
+	expect(t, rate(t, drained().ok(6, m(140), m(160), tb).fail(5, m(150), m(150), tb), Options{}), Pass)
+	// A request that failed with an error was not decided.
+	errd := tb
+	errd.Err = "connection refused"
+	expect(t, rate(t, drained().fail(5, m(500), m(500), errd), Options{}), Pass)
+
+	f := fixed("r", 2, 100) // look-back: two windows
+	full := func() *builder { return grants(new(builder), f, 2, 0, 0, m(1)) }
+	expect(t, rate(t, full().fail(5, m(201), m(201), f), Options{}), Pass) // the grant may have been at 1 ms
+	expect(t, rate(t, full().fail(5, m(201)+1, m(202), f), Options{}), Fail, "the counter was empty")
+	// A denial whose look-back begins before the history: its state is unknown.
+	expect(t, rate(t, new(builder).ok(1, m(300), m(300), f).fail(5, m(150), m(150), f), Options{}), Pass)
+	// More than the limit can never be granted.
+	three := f
+	three.N = 3
+	expect(t, rate(t, full().fail(5, m(900), m(900), three), Options{}), Pass)
+
+	s := sliding("r", 2, 100, 4) // look-back: a window, a segment and a millisecond
+	held := func() *builder { return grants(new(builder), s, 2, 0, 0, 0) }
+	expect(t, rate(t, held().fail(5, m(126), m(126), s), Options{}), Pass)
+	expect(t, rate(t, held().fail(5, m(126)+1, m(126)+1, s), Options{}), Fail, "the window was empty")
+}
+
+// A denial's RetryAfter (count, µs) may not be later than the state it read
+// allows the same request; exactly that late is legal.
+func TestRateLimitRetryAfter(t *testing.T) {
+	f := fixed("r", 2, 100)
+	retry := func(op history.Op, d time.Duration) history.Op { op.Count = d.Microseconds(); return op }
+	full := func() *builder { return grants(new(builder), f, 2, 0, 0, m(1)) }
+	// The counter was made by 1 ms at the latest: gone by 101 ms (+1 ms).
+	expect(t, rate(t, full().fail(5, m(50), m(51), retry(f, 52*time.Millisecond)), Options{}), Pass)
+	expect(t, rate(t, full().fail(5, m(50), m(51), retry(f, 53*time.Millisecond)), Options{}), Fail, "RetryAfter 53ms", "too late")
+	s := sliding("r", 2, 100, 4)
+	expect(t, rate(t, grants(new(builder), s, 2, 0, 0, 0).fail(5, m(50), m(51), retry(s, 76*time.Millisecond)), Options{}), Pass)
+	expect(t, rate(t, grants(new(builder), s, 2, 0, 0, 0).fail(5, m(50), m(51), retry(s, 77*time.Millisecond)), Options{}), Fail, "too late")
+	tb := bucket("r", 2, 1, 100)
+	drained := func() *builder { return grants(new(builder), tb, 2, 0, 0, 0) }
+	// Half a token at 50 ms: the other half by 100 ms.
+	expect(t, rate(t, drained().fail(5, m(50), m(50), retry(tb, 51*time.Millisecond)), Options{}), Pass)
+	expect(t, rate(t, drained().fail(5, m(50), m(50), retry(tb, 52*time.Millisecond)), Options{}), Fail, "RetryAfter 52ms", "too late")
+	// Another grant concurrent with the denial may have taken the half.
+	expect(t, rate(t, drained().ok(6, m(40), m(160), tb).fail(5, m(50), m(50), retry(tb, 151*time.Millisecond)), Options{}), Pass)
+}

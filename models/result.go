@@ -188,6 +188,12 @@ type Reach struct {
 	// observed, or an ongoing loss's end) a violating span can still start
 	// because of it (history.Never: unbounded).
 	Horizon int64 `json:"horizon_ns"`
+	// Fresh: a violating span that starts after a loss that is not ongoing
+	// ended (Effect.Until of an effect that is not Effect.Ongoing) holds
+	// only operations that read state written after the loss, which the
+	// algorithm alone decided: no such effect explains it, whatever the
+	// Horizon (rate limits). Ongoing effects keep the Horizon.
+	Fresh bool `json:"fresh,omitempty"`
 }
 
 // String is the verdict line: "FAIL exclusion: summary".
@@ -284,6 +290,7 @@ const (
 	KindLatch           = "latch"            // latch: a wait or count-down answered wrongly
 	KindLatchUnderflow  = "latch-underflow"  // latch: a count-down went below zero (no lost write explains it)
 	KindOverLimit       = "over-limit"       // rate limits: more granted in a span than the bound
+	KindWronglyLimited  = "wrongly-limited"  // rate limits: a request denied while the algorithm's own state had to allow it
 	KindOwnerConflict   = "owner-conflict"   // lease-protocol: an owner granted, renewed, released or verified while another certainly held the lock
 	KindAfterEnd        = "after-end"        // lease-protocol: an owner's lease answered as held after it certainly ended (released twice, renewed after expiry)
 	KindWronglyDenied   = "wrongly-denied"   // lease-protocol: "not held" answered inside the owner's own certain span

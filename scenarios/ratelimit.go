@@ -2,9 +2,15 @@ package scenarios
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
+	"strings"
+	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/coordtorture/coordtorture/history"
 	"github.com/coordtorture/coordtorture/models"
@@ -15,7 +21,12 @@ import (
 // hammers a few shared limiter keys with requests for 1-3 permits (Allow,
 // and Wait where the implementation can), each recorded with its limiter's
 // configuration; the rate-limit checker holds the grants to the algorithm's
-// bound (models.CheckRateLimit). The keys change every three windows (a new
+// bound over spans of every length, and the denials to the algorithm's own
+// state (models.CheckRateLimit: a denial the state had to allow is
+// wrongly-limited). A denial is a fail without an error; a request one of
+// whose attempts lost its reply (the implementation or go-redis resent it)
+// is info whatever it answered, since the lost attempt may have consumed
+// (replyWatch). The keys change every three windows (a new
 // epoch), so each run sees fresh limiters too: a limiter's first window,
 // where a sliding window that rounds timestamps backward shows, comes again.
 //
@@ -35,15 +46,36 @@ func clockOf(proc int, cfg LimitConfig) func() time.Time {
 	return func() time.Time { return time.Now().Add(off) }
 }
 
-// rateWorkload is one client process of the ratelimit family.
-func rateWorkload(cfg LimitConfig, waitShare float64) func(ctx context.Context, env *Env, proc int) {
+// burstCycle is the bursts scenarios' cycle, in windows (or periods): the
+// processes hammer the limiter during the first and sit idle for the rest.
+// Their keys last burstEpoch windows, so a limiter meets its own state
+// again after each gap.
+const (
+	burstCycle = 4
+	burstEpoch = 4 * burstCycle
+)
+
+// rateWorkload is one client process of the ratelimit family; bursts: the
+// processes request only in the first window of every burstCycle.
+func rateWorkload(cfg LimitConfig, waitShare float64, bursts bool) func(ctx context.Context, env *Env, proc int) {
 	return func(ctx context.Context, env *Env, proc int) {
 		r := env.Rand(proc)
 		c := env.Clients[proc]
 		clock := clockOf(proc, cfg)
 		limiters := map[string]Limiter{}
+		// The process's connection, made before its first request: a dial
+		// during a request is a reconnection (replyHook).
+		c.AddHook(replyHook{})
+		_ = c.Ping(ctx).Err()
 		epoch := 3 * cfg.span()
+		if bursts {
+			epoch = burstEpoch * cfg.span()
+		}
 		for ctx.Err() == nil {
+			if now := time.Duration(env.Rec.Now()); bursts && now%(burstCycle*cfg.span()) >= cfg.span() {
+				sleep(ctx, burstCycle*cfg.span()-now%(burstCycle*cfg.span()))
+				continue
+			}
 			// Every decision of this request is drawn first, whatever its
 			// outcome: the k-th request of a process is the same for a seed.
 			k := r.IntN(rateKeys)
@@ -78,27 +110,98 @@ func rateWorkload(cfg LimitConfig, waitShare float64) func(ctx context.Context, 
 			}
 			var ok bool
 			var err error
+			var retry time.Duration
+			watch := &replyWatch{}
+			rctx := context.WithValue(ctx, replyWatchKey{}, watch)
 			if op.F == history.FAllowWait {
 				// A wait is bounded by half a window (or period): permits
 				// come back within it, and a process does not spend the run
 				// waiting while the others hammer the key.
-				wctx, cancel := context.WithTimeout(ctx, cfg.span()/2)
+				wctx, cancel := context.WithTimeout(rctx, cfg.span()/2)
 				ok, err = w.Wait(wctx, n)
 				cancel()
+			} else if lr, has := l.(LimiterRetry); has {
+				ok, retry, err = lr.AllowRetry(rctx, n)
 			} else {
-				ok, err = l.Allow(ctx, n)
+				ok, err = l.Allow(rctx, n)
 			}
 			switch {
 			case err != nil:
 				env.failed(proc, err)
 				sleep(ctx, 5*time.Millisecond)
+			case watch.lost.Load():
+				// An attempt went without its reply and was resent (by the
+				// implementation, or inside go-redis): the lost attempt may
+				// have consumed permits whatever the answer, so neither a
+				// grant's weight nor a denial's "nothing consumed" is
+				// certain.
+				env.Rec.Info(proc, history.Op{Err: fmt.Sprintf("answered %s after a lost reply: an attempt that went unanswered may have consumed permits", map[bool]string{true: "granted", false: "denied"}[ok])})
 			case ok:
 				env.Rec.OK(proc, history.Op{})
 			default:
-				env.Rec.Fail(proc, history.Op{})
+				// A denial, with the RetryAfter answered (µs; none: 0).
+				env.Rec.Fail(proc, history.Op{Count: retry.Microseconds()})
 			}
 			sleep(ctx, pause)
 		}
+	}
+}
+
+// replyWatch marks a request during which an attempt may have run without
+// its reply reaching the client: a command that ended with an error that is
+// not the server's answer (a timeout, a dropped connection), or a
+// connection dialed (go-redis resends a command whose reply was lost on a
+// new connection, within the one call a hook sees). Its answer then says
+// nothing certain of what the lost attempt consumed: the workload records
+// it as info.
+type replyWatch struct{ lost atomic.Bool }
+
+type replyWatchKey struct{}
+
+// replyHook sets the replyWatch of the request's context (see replyWatch).
+type replyHook struct{}
+
+func watchOf(ctx context.Context) *replyWatch {
+	w, _ := ctx.Value(replyWatchKey{}).(*replyWatch)
+	return w
+}
+
+// noReply reports an error that is not the server's answer.
+func noReply(err error) bool {
+	var re redis.Error
+	return err != nil && !errors.Is(err, redis.Nil) && !errors.As(err, &re)
+}
+
+func (replyHook) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if w := watchOf(ctx); w != nil {
+			w.lost.Store(true)
+		}
+		return next(ctx, network, addr)
+	}
+}
+
+func (replyHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if w := watchOf(ctx); w != nil && noReply(err) {
+			w.lost.Store(true)
+		}
+		return err
+	}
+}
+
+func (replyHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if w := watchOf(ctx); w != nil {
+			for _, c := range cmds {
+				if noReply(c.Err()) {
+					w.lost.Store(true)
+				}
+			}
+		}
+		return err
 	}
 }
 
@@ -120,21 +223,33 @@ func bucketCfg(burst, rate int64, period time.Duration) LimitConfig {
 // time (both the local machine's here).
 var rateDrift = models.Options{Drift: 10 * time.Millisecond}
 
-func rateProps(hazard bool) []Property {
+// rateProps: the rate-limit property, which may show the hazard kinds
+// given (none: it must hold).
+func rateProps(hazards ...string) []Property {
 	p := Property{Checker: "rate-limit"}
-	if hazard {
-		p.Expect, p.Hazards = MayHazard, []string{models.KindOverLimit}
+	if len(hazards) > 0 {
+		p.Expect, p.Hazards = MayHazard, hazards
 	}
 	return []Property{p}
 }
 
 // rateScenario registers ratelimit/<algo>/<fault>.
 func rateScenario(fault, summary string, topo Topology, cfg LimitConfig, nemesis func(*rand.Rand, time.Duration, time.Duration) []Event, hazard bool) {
+	var hz []string
+	if hazard {
+		hz = []string{models.KindOverLimit}
+	}
+	rateScenarioKinds(fault, summary, topo, cfg, nemesis, hz...)
+}
+
+// rateScenarioKinds is rateScenario with the hazard kinds its property may
+// show.
+func rateScenarioKinds(fault, summary string, topo Topology, cfg LimitConfig, nemesis func(*rand.Rand, time.Duration, time.Duration) []Event, hazards ...string) {
 	Register(&Scenario{
 		Name:    "ratelimit/" + cfg.Algo + "/" + fault,
 		Summary: fmt.Sprintf("%s (%s) %s", cfg.Algo, describeLimit(cfg), summary),
-		Topo:    topo, Workload: rateWorkload(cfg, 0.1), Nemesis: nemesis,
-		Properties: rateProps(hazard), Check: rateDrift,
+		Topo:    topo, Workload: rateWorkload(cfg, 0.1, strings.HasPrefix(fault, "bursts")), Nemesis: nemesis,
+		Properties: rateProps(hazards...), Check: rateDrift,
 		Impls: limiterImplsFor(cfg.Algo), Algo: cfg.Algo,
 		// go-redis's default 3s timeouts, as the limiters' users have them.
 		ClientTimeout: 3 * time.Second,
@@ -217,9 +332,11 @@ func rateClockJump(off func(LimitConfig) time.Duration, cfg LimitConfig) func(*r
 				// The proof a violation needs to count as the hazard.
 				e.EffectExplaining(models.LeaseLossKinds, "n1's clock reads %v from real time", skew)
 			} else {
-				// A backward jump must hold: noted, not an effect a
-				// violation could be blamed on.
-				e.Note("the server's clock reads %v from real time", skew)
+				// A backward jump frees nothing: the bound must hold. It
+				// delays permits (the windows' state lasts longer, the
+				// bucket refills nothing until the clock catches up): the
+				// denials it causes are its hazard, no over-admission.
+				e.EffectExplaining([]string{models.KindWronglyLimited}, "n1's clock reads %v from real time", skew)
 			}
 			return nil
 		}}}
@@ -258,6 +375,15 @@ func init() {
 		rateScenario("baseline-cluster", "on a 3-primary cluster (cluster clients; each key's limiter on its slot's "+
 			"owner). The bound must hold.", clusterTopo, cfg, nil, false)
 
+	}
+
+	// Idle gaps, a cycle a second: a quarter-second window or period.
+	for _, cfg := range []LimitConfig{fixedCfg(10, 250*time.Millisecond), slidingCfg(10, 250*time.Millisecond, 5),
+		bucketCfg(20, 10, 250*time.Millisecond)} {
+		rateScenario("bursts", "no faults; the processes request together for one window (or period) and sit idle "+
+			"for three, on keys that last four such cycles: after every gap the limiter's state must allow what it "+
+			"did at first (wrongly-limited otherwise: a limiter that never refills), and a bucket must not have "+
+			"filled past its burst (over-limit). Both must hold.", standalone, cfg, nil, false)
 	}
 
 	// Faults that lose grants: a restart without persistence, a failover to
@@ -316,7 +442,9 @@ func init() {
 		rateScenario("clock-skew", "the server restarts (with AOF: the limiters' state survives) with its clock 4 "+
 			"windows ahead: "+fwd+". Permits come back early: over-admission is the clock-jump hazard (HAZARD: "+
 			"over-limit once the server's clock is proven ahead).", aof, cfg, rateClockJump(ahead, cfg), true)
-		rateScenario("clock-skew-back", "the server restarts (with AOF) with its clock 4 windows behind: "+back+
-			". A backward jump never frees permits: the bound must hold.", aof, cfg, rateClockJump(behind, cfg), false)
+		rateScenarioKinds("clock-skew-back", "the server restarts (with AOF) with its clock 4 windows behind: "+back+
+			". A backward jump never frees permits: the bound must hold (over-limit is FAIL). It delays them: requests "+
+			"the state would have allowed are denied until the clock catches up (HAZARD: wrongly-limited once the "+
+			"server's clock is proven behind).", aof, cfg, rateClockJump(behind, cfg), models.KindWronglyLimited)
 	}
 }

@@ -85,6 +85,15 @@ type LimiterWaiter interface {
 	Wait(ctx context.Context, n int64) (bool, error)
 }
 
+// LimiterRetry is a Limiter whose denials say when the same request can
+// succeed: the workload records it on the denial (count, in µs), and the
+// rate-limit checker holds it to the algorithm's state.
+type LimiterRetry interface {
+	Limiter
+	// AllowRetry is Allow, with a denial's RetryAfter (0: none).
+	AllowRetry(ctx context.Context, n int64) (bool, time.Duration, error)
+}
+
 var limiterImpls = map[string]LimiterImpl{}
 
 // RegisterLimiterImpl adds a rate limiter implementation under its Name, for
@@ -203,6 +212,16 @@ type primLimiter struct{ l *prim.Limiter }
 func (p primLimiter) Allow(ctx context.Context, n int64) (bool, error) {
 	d, err := p.l.Allow(ctx, n)
 	return d.Allowed, err
+}
+
+// AllowRetry implements LimiterRetry.
+func (p primLimiter) AllowRetry(ctx context.Context, n int64) (bool, time.Duration, error) {
+	d, err := p.l.Allow(ctx, n)
+	var retry time.Duration
+	if !d.Allowed && d.HasRetryAfter {
+		retry = d.RetryAfter
+	}
+	return d.Allowed, retry, err
 }
 
 // Wait: no room in the queue, or the caller's deadline passed while the

@@ -303,7 +303,7 @@ func TestRegistryComplete(t *testing.T) {
 	}
 	for _, algo := range []string{"fixed", "sliding", "bucket"} {
 		for _, fault := range []string{"baseline", "partition-client", "latency", "pause-primary", "kill-restart-noaof",
-			"failover-forced", "clock-skew", "clock-skew-back", "baseline-cluster"} {
+			"failover-forced", "clock-skew", "clock-skew-back", "baseline-cluster", "bursts"} {
 			want = append(want, "ratelimit/"+algo+"/"+fault)
 		}
 	}

@@ -21,6 +21,122 @@ func init() {
 	scenarios.RegisterLimiterImpl(ClientClockLimiter{})
 	scenarios.RegisterLimiterImpl(ReadThenWriteLimiter{})
 	scenarios.RegisterLimiterImpl(SlidingWindow{Backward: true})
+	scenarios.RegisterLimiterImpl(TokenBucket{ClientClock: true})
+	scenarios.RegisterLimiterImpl(TokenBucket{NoCap: true})
+	scenarios.RegisterLimiterImpl(NeverRefillsLimiter{})
+}
+
+// TokenBucket is a token bucket in one script: a hash holding the tokens
+// left and the time of the last refill, refilled continuously at rate per
+// period. With neither flag it is correct (the reference the mutants
+// derive from, on the server's TIME, capped at the burst). ClientClock: the
+// time is the caller's clock, sent as an argument, and every request writes
+// it back: the workload skews the processes' clocks (up to three quarters
+// of a period apart), so a process ahead of the last writer refills the
+// skew again and again, and the bucket breaks its bound. NoCap: the refill
+// is not capped at the burst, so an idle bucket fills past it and then
+// grants more than burst + rate·span at once (the bursts scenario's idle
+// gaps show it).
+type TokenBucket struct{ ClientClock, NoCap bool }
+
+// Name implements scenarios.LimiterImpl.
+func (b TokenBucket) Name() string {
+	switch {
+	case b.ClientClock:
+		return "mutant-bucket-client-clock"
+	case b.NoCap:
+		return "mutant-bucket-no-cap"
+	}
+	return "reference-bucket"
+}
+
+// Algos implements scenarios.LimiterImpl.
+func (TokenBucket) Algos() []string { return []string{history.AlgoBucket} }
+
+// New implements scenarios.LimiterImpl.
+func (b TokenBucket) New(c redis.UniversalClient, key string, cfg scenarios.LimitConfig, clock func() time.Time) (scenarios.Limiter, error) {
+	return bucketLimiter{c: c, key: key, cfg: cfg, clock: clock, mode: b}, nil
+}
+
+type bucketLimiter struct {
+	c     redis.UniversalClient
+	key   string
+	cfg   scenarios.LimitConfig
+	clock func() time.Time
+	mode  TokenBucket
+}
+
+// bucketScript: ARGV burst, rate, period ms, n, now µs (−1: the server's
+// TIME), cap (1: cap the refill at the burst).
+var bucketScript = redis.NewScript(`
+local burst, rate, period, n, now, cap = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6] == '1'
+if now < 0 then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local s = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
+local tokens, ts = tonumber(s[1]), tonumber(s[2])
+if not tokens then tokens, ts = burst, now end
+local elapsed = now - ts
+if elapsed < 0 then elapsed = 0 end
+tokens = tokens + elapsed * rate / (period * 1000)
+if cap and tokens > burst then tokens = burst end
+local ok = 0
+if tokens >= n then
+  tokens = tokens - n
+  ok = 1
+end
+redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', tostring(now))
+redis.call('PEXPIRE', KEYS[1], 60000)
+return ok`)
+
+func (l bucketLimiter) Allow(ctx context.Context, n int64) (bool, error) {
+	now := int64(-1)
+	if l.mode.ClientClock {
+		now = l.clock().UnixMicro()
+	}
+	capped := "1"
+	if l.mode.NoCap {
+		capped = "0"
+	}
+	v, err := bucketScript.Run(ctx, l.c, []string{l.key}, l.cfg.Burst, l.cfg.Rate, l.cfg.Period.Milliseconds(), n, now, capped).Int64()
+	return v == 1, err
+}
+
+// NeverRefillsLimiter is a fixed window whose counter never expires: it
+// grants its limit once and denies every request after that, whatever
+// time has passed. It never over-admits; the rate-limit checker's
+// availability rule catches it (wrongly-limited: a denial with no grant to
+// anyone within two windows before it).
+type NeverRefillsLimiter struct{}
+
+// Name implements scenarios.LimiterImpl.
+func (NeverRefillsLimiter) Name() string { return "mutant-limiter-never-refills" }
+
+// Algos implements scenarios.LimiterImpl.
+func (NeverRefillsLimiter) Algos() []string { return []string{history.AlgoFixed} }
+
+// New implements scenarios.LimiterImpl.
+func (NeverRefillsLimiter) New(c redis.UniversalClient, key string, cfg scenarios.LimitConfig, _ func() time.Time) (scenarios.Limiter, error) {
+	return neverRefills{c: c, key: key, cfg: cfg}, nil
+}
+
+type neverRefills struct {
+	c   redis.UniversalClient
+	key string
+	cfg scenarios.LimitConfig
+}
+
+var neverRefillsScript = redis.NewScript(`
+local limit, n = tonumber(ARGV[1]), tonumber(ARGV[2])
+local c = tonumber(redis.call('GET', KEYS[1]) or '0')
+if c + n > limit then return 0 end
+redis.call('INCRBY', KEYS[1], n)
+return 1`)
+
+func (l neverRefills) Allow(ctx context.Context, n int64) (bool, error) {
+	v, err := neverRefillsScript.Run(ctx, l.c, []string{l.key}, l.cfg.Limit, n).Int64()
+	return v == 1, err
 }
 
 // ClientClockLimiter is a fixed window whose window number comes from the

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordtorture/coordtorture/models"
 	"github.com/coordtorture/coordtorture/scenarios"
 	"github.com/coordtorture/coordtorture/scenarios/mutants"
 )
@@ -14,6 +15,9 @@ func init() {
 	// The correct sliding window the backward-rounding mutant breaks: the
 	// same script, timestamps rounded forward (as prim does).
 	scenarios.RegisterLimiterImpl(mutants.SlidingWindow{})
+	// The correct bucket the client-clock and uncapped mutants break: the
+	// same script on the server's TIME, capped at its burst.
+	scenarios.RegisterLimiterImpl(mutants.TokenBucket{})
 }
 
 // runScenario runs a ratelimit scenario on a real server with impl.
@@ -42,17 +46,25 @@ func runScenarioSeed(t *testing.T, name, impl string, seed int64) *scenarios.Out
 }
 
 // TestLimiterMutantsFail: each rate limiter mutant breaks its algorithm's
-// bound in that algorithm's baseline (FAIL, with an over-limit span as
-// evidence), where prim and the correct implementation beside the mutant
+// bound (FAIL, with an over-limit span as evidence) or its availability
+// (wrongly-limited: a denial its state had to grant) in a scenario of that
+// algorithm, where prim and the correct implementation beside the mutant
 // pass.
 func TestLimiterMutantsFail(t *testing.T) {
 	for _, tc := range []struct {
 		scenario, mutant string
 		correct          []string
+		kind, evidence   string
 	}{
-		{"ratelimit/fixed/baseline", "mutant-limiter-client-clock", []string{"ulule", "prim"}},
-		{"ratelimit/fixed/baseline", "mutant-limiter-read-then-write", nil},
-		{"ratelimit/sliding/baseline", "mutant-sliding-rounds-backward", []string{"reference-sliding-rounds-forward", "prim"}},
+		{"ratelimit/fixed/baseline", "mutant-limiter-client-clock", []string{"ulule", "prim"}, models.KindOverLimit, "granted within"},
+		{"ratelimit/fixed/baseline", "mutant-limiter-read-then-write", nil, models.KindOverLimit, "granted within"},
+		{"ratelimit/sliding/baseline", "mutant-sliding-rounds-backward", []string{"reference-sliding-rounds-forward", "prim"}, models.KindOverLimit, "granted within"},
+		// The processes' clocks disagree by up to three quarters of a period.
+		{"ratelimit/bucket/baseline", "mutant-bucket-client-clock", []string{"reference-bucket", "redis_rate", "prim"}, models.KindOverLimit, "granted within"},
+		// Idle gaps fill an uncapped bucket past its burst.
+		{"ratelimit/bucket/bursts", "mutant-bucket-no-cap", []string{"reference-bucket", "redis_rate", "prim"}, models.KindOverLimit, "granted within"},
+		{"ratelimit/fixed/bursts", "mutant-limiter-never-refills", []string{"ulule", "prim"}, models.KindWronglyLimited, "did not refill"},
+		{"ratelimit/fixed/baseline", "mutant-limiter-never-refills", nil, models.KindWronglyLimited, "did not refill"},
 	} {
 		t.Run(tc.mutant, func(t *testing.T) {
 			// A sliding window rounding backward over-admits only when grants
@@ -73,8 +85,8 @@ func TestLimiterMutantsFail(t *testing.T) {
 					break
 				}
 			}
-			if rl == nil || rl.Verdict != scenarios.Fail || len(rl.Result.Evidence) == 0 ||
-				!strings.Contains(rl.Result.Evidence[0].Msg, "granted within") {
+			if rl == nil || rl.Verdict != scenarios.Fail || len(rl.Result.Evidence) == 0 || rl.Result.Kinds[tc.kind] == 0 ||
+				!strings.Contains(rl.Result.Evidence[0].Msg, tc.evidence) {
 				t.Fatalf("%s on %s: the mutant was not flagged: %+v", tc.mutant, tc.scenario, rl)
 			}
 			// The correct ones pass the seed that flagged the mutant.
@@ -94,5 +106,16 @@ func TestLimiterMutantFailsInHazardScenario(t *testing.T) {
 	out := runScenario(t, "ratelimit/fixed/kill-restart-noaof", "mutant-limiter-client-clock")
 	if out.Verdict != scenarios.Fail || out.Hazard != "failed" {
 		t.Fatalf("verdict %s, hazard %q: want FAIL, the violations before the first restart are no hazard", out.Verdict, out.Hazard)
+	}
+}
+
+// TestBucketClientClockFailsInClockSkew: in the bucket's clock-skew scenario
+// (a forward jump of the server's clock, whose over-admission is the
+// hazard), a bucket that refills on its clients' clocks over-admits from
+// the start, before any jump: FAIL, never the hazard.
+func TestBucketClientClockFailsInClockSkew(t *testing.T) {
+	out := runScenario(t, "ratelimit/bucket/clock-skew", "mutant-bucket-client-clock")
+	if out.Verdict != scenarios.Fail || out.Hazard != "failed" {
+		t.Fatalf("verdict %s, hazard %q: want FAIL, the over-admission before the jump is no hazard", out.Verdict, out.Hazard)
 	}
 }
