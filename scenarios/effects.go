@@ -25,14 +25,21 @@ import (
 const canaryKey = "coordtorture:nemesis-canary"
 
 // plantCanary writes the canary on node and returns how many keys the node
-// held (-1 when it did not answer: then nothing is proven later).
+// held (-1 when it did not answer).
+//
+// It tries for up to a second (a node still busy after an earlier restart);
+// -1 when it could not, and the restart's checkCanary then fails its event.
 func plantCanary(ctx context.Context, n *testbed.Node) int64 {
 	a := n.Admin()
-	size, err := a.DBSize(ctx).Result()
-	if err != nil || a.Set(ctx, canaryKey, "1", 0).Err() != nil {
-		return -1
+	for end := time.Now().Add(time.Second); ; sleep(ctx, 50*time.Millisecond) {
+		size, err := a.DBSize(ctx).Result()
+		if err == nil && a.Set(ctx, canaryKey, "1", 0).Err() == nil {
+			return size
+		}
+		if time.Now().After(end) || ctx.Err() != nil {
+			return -1
+		}
 	}
-	return size
 }
 
 // checkCanary records the effect when the canary planted before the fault
@@ -42,7 +49,10 @@ func plantCanary(ctx context.Context, n *testbed.Node) int64 {
 // it was not.
 func checkCanary(ctx context.Context, e *Env, n *testbed.Node, before int64, what string) error {
 	if before < 0 {
-		return nil
+		// The kill happened without a canary: a lost dataset would go
+		// unproven, and violations after it would be judged as if no loss
+		// had happened (FAIL). Not knowing is UNKNOWN.
+		return fmt.Errorf("the canary could not be written before the fault, so whether %s lost the dataset is unknown", what)
 	}
 	a := n.Admin()
 	var err error
