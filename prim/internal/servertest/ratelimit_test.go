@@ -381,10 +381,22 @@ func TestRateLimitBadState(t *testing.T) {
 // The decisions use the server's clock only: every argument sent is the
 // request or the configuration (no timestamp), and on a server whose clock is
 // an hour off the client's, in either direction, the decisions are the same.
+//
+// The four grants and the refusal prove something only if the five calls
+// reach the server within one token's refill (window/4, the token bucket's;
+// the windows' limits last a whole window): later, a token has come back and
+// the fifth call is rightly granted. The client's time from before the first
+// call to after the fifth reply bounds the server's time between them (the
+// offset is constant; the clocks run at one rate), so an attempt whose calls
+// took longer checks only the arguments and is made again with a window four
+// times as long: a token every 100ms on a quiet machine, up to one every
+// 1.6s on a loaded one. Five local round trips slower than that are what a
+// user would notice, and fail.
 func TestRateLimitNoClientTime(t *testing.T) {
+	const firstWindow, lastWindow = 400 * time.Millisecond, 6400 * time.Millisecond
 	for _, b := range testbed.Matrix() {
 		t.Run(b, func(t *testing.T) {
-			ctx := ctxT(t, time.Minute)
+			ctx := ctxT(t, 2*time.Minute)
 			topo := testbed.Standalone(t, b)
 			for _, off := range []time.Duration{time.Hour, -time.Hour} {
 				if err := topo.SetClockOffset(ctx, "n1", off); err != nil {
@@ -401,23 +413,46 @@ func TestRateLimitNoClientTime(t *testing.T) {
 				c.AddHook(h)
 				f := prim.New(c).RateLimiters()
 				for _, k := range limiterKinds {
-					const window = 400 * time.Millisecond
-					l := mustLimiter(t, k, f, fmt.Sprintf("%s:%v", k.name, off), 4, window)
-					for i := range 4 {
-						if d, err := l.Allow(ctx, 1); err != nil || !d.Allowed || d.Remaining != int64(3-i) {
-							t.Fatalf("%s, server %v off: grant %d: %+v, %v", k.name, off, i, d, err)
+					for window := firstWindow; ; window *= 4 {
+						what := fmt.Sprintf("%s, server %v off, window %v", k.name, off, window)
+						l := mustLimiter(t, k, f, fmt.Sprintf("%s:%v:%v", k.name, off, window), 4, window)
+						h.take()
+						var ds [5]prim.Decision
+						start := time.Now()
+						for i := range ds {
+							d, err := l.Allow(ctx, 1)
+							if err != nil {
+								t.Fatalf("%s: call %d: %v", what, i, err)
+							}
+							ds[i] = d
 						}
+						took := time.Since(start)
+						if took >= window/4 {
+							_, _, args := h.take()
+							checkArgs(t, k.name, args, 4, window)
+							if window >= lastWindow {
+								t.Fatalf("%s: five calls took %v, more than a token's refill (%v): a user notices", what, took, window/4)
+							}
+							t.Logf("%s: five calls took %v, more than a token's refill (%v); again with a longer window", what, took, window/4)
+							continue
+						}
+						for i, d := range ds[:4] {
+							if !d.Allowed || d.Remaining != int64(3-i) {
+								t.Fatalf("%s: grant %d: %+v", what, i, d)
+							}
+						}
+						d := ds[4]
+						if d.Allowed || !d.HasRetryAfter || d.RetryAfter <= 0 || d.RetryAfter > window+window/10+time.Millisecond {
+							t.Fatalf("%s: refusal %+v (the five calls took %v)", what, d, took)
+						}
+						time.Sleep(d.RetryAfter)
+						if d, err := l.Allow(ctx, 1); err != nil || !d.Allowed {
+							t.Fatalf("%s: after RetryAfter: %+v, %v", what, d, err)
+						}
+						_, _, args := h.take()
+						checkArgs(t, k.name, args, 4, window)
+						break
 					}
-					d, err := l.Allow(ctx, 1)
-					if err != nil || d.Allowed || !d.HasRetryAfter || d.RetryAfter <= 0 || d.RetryAfter > window+window/10+time.Millisecond {
-						t.Fatalf("%s, server %v off: refusal %+v, %v", k.name, off, d, err)
-					}
-					time.Sleep(d.RetryAfter)
-					if d, err := l.Allow(ctx, 1); err != nil || !d.Allowed {
-						t.Fatalf("%s, server %v off: after RetryAfter: %+v, %v", k.name, off, d, err)
-					}
-					_, _, args := h.take()
-					checkArgs(t, k.name, args, 4, window)
 				}
 				c.Close()
 			}
