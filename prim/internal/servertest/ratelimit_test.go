@@ -620,39 +620,76 @@ func TestRateLimitBound(t *testing.T) {
 
 // RetryAfter is honest: a lone retry clearly before it fails, one after it
 // succeeds.
+//
+// The server counts RetryAfter from its refusal, and the window (fixed,
+// sliding) or the token's refill (bucket) from the first grant; the client's
+// clock bounds both instants: the refusal was decided between sending it and
+// its reply, and at most took (from before the first call to after the
+// refusal) after the first grant. So RetryAfter is at least the window (the
+// refill) less took, and a retry whose reply came before the refusal was
+// sent plus RetryAfter was decided before RetryAfter ran out. An attempt
+// whose calls took half the window (the refill) or more, or whose early
+// retry came back too late, proves nothing and is made again with a window
+// twice as long, up to 4s: round trips slower than that on a local server
+// are what a user notices, and fail.
 func TestRateLimitRetryAfter(t *testing.T) {
 	forEachLimiter(t, func(t *testing.T, e *env, k limiterKind) {
-		const limit, window = 3, time.Second
-		ctx := ctxT(t, time.Minute)
+		const limit, firstWindow, lastWindow = 3, time.Second, 4 * time.Second
+		ctx := ctxT(t, 2*time.Minute)
 		c, _ := e.client(t)
-		l := mustLimiter(t, k, prim.New(c).RateLimiters(), e.k(k.name+":retry"), limit, window)
-		for i := range limit {
-			if d, err := l.Allow(ctx, 1); err != nil || !d.Allowed {
-				t.Fatalf("grant %d: %+v, %v", i, d, err)
+		f := prim.New(c).RateLimiters()
+		for window := firstWindow; ; window *= 2 {
+			again := func(format string, args ...any) {
+				t.Helper()
+				what := fmt.Sprintf("window %v: ", window) + fmt.Sprintf(format, args...)
+				if window >= lastWindow {
+					t.Fatalf("%s: a user notices", what)
+				}
+				t.Logf("%s; again with a longer window", what)
 			}
-		}
-		d, err := l.Allow(ctx, 1)
-		got := time.Now()
-		if err != nil || d.Allowed || !d.HasRetryAfter {
-			t.Fatalf("refusal: %+v, %v", d, err)
-		}
-		r := d.RetryAfter
-		// fixed: the rest of the window; sliding: the window and up to a segment
-		// (rounded forward); bucket: one token's refill, window/limit.
-		lo, hi := window*8/10, window+window/10+time.Millisecond
-		if k.name == "bucket" {
-			lo, hi = window/limit*8/10, window/limit+time.Millisecond
-		}
-		if r < lo || r > hi {
-			t.Fatalf("RetryAfter %v, want within [%v, %v]", r, lo, hi)
-		}
-		time.Sleep(time.Until(got.Add(r / 2)))
-		if d, err := l.Allow(ctx, 1); err != nil || d.Allowed || !d.HasRetryAfter || d.RetryAfter > r {
-			t.Fatalf("retry at half the RetryAfter %v: %+v, %v; want refused with a shorter RetryAfter", r, d, err)
-		}
-		time.Sleep(time.Until(got.Add(r)))
-		if d, err := l.Allow(ctx, 1); err != nil || !d.Allowed {
-			t.Fatalf("retry after RetryAfter %v: %+v, %v; want granted", r, d, err)
+			l := mustLimiter(t, k, f, e.k(fmt.Sprintf("%s:retry:%v", k.name, window)), limit, window)
+			start := time.Now()
+			for i := range limit {
+				if d, err := l.Allow(ctx, 1); err != nil || !d.Allowed {
+					t.Fatalf("window %v: grant %d: %+v, %v", window, i, d, err)
+				}
+			}
+			sent := time.Now()
+			d, err := l.Allow(ctx, 1)
+			got := time.Now()
+			took := got.Sub(start)
+			// fixed: the rest of the window; sliding: the window and up to
+			// a segment (rounded forward); bucket: one token's refill,
+			// window/limit.
+			base, hi := window, window+window/10+time.Millisecond
+			if k.name == "bucket" {
+				base, hi = window/limit, window/limit+time.Millisecond
+			}
+			if took >= base/2 {
+				again("four calls took %v, half of %v or more", took, base)
+				continue
+			}
+			if err != nil || d.Allowed || !d.HasRetryAfter {
+				t.Fatalf("window %v: refusal: %+v, %v", window, d, err)
+			}
+			r := d.RetryAfter
+			if lo := base - took - time.Millisecond; r < lo || r > hi {
+				t.Fatalf("window %v: RetryAfter %v, want within [%v, %v] (the calls took %v)", window, r, lo, hi, took)
+			}
+			time.Sleep(time.Until(got.Add(r / 2)))
+			d, err = l.Allow(ctx, 1)
+			if back := time.Since(sent); back >= r {
+				again("the retry at half the RetryAfter %v came back %v after the refusal was sent", r, back)
+				continue
+			}
+			if err != nil || d.Allowed || !d.HasRetryAfter || d.RetryAfter > r {
+				t.Fatalf("window %v: retry at half the RetryAfter %v: %+v, %v; want refused with a shorter RetryAfter", window, r, d, err)
+			}
+			time.Sleep(time.Until(got.Add(r)))
+			if d, err := l.Allow(ctx, 1); err != nil || !d.Allowed {
+				t.Fatalf("window %v: retry after RetryAfter %v: %+v, %v; want granted", window, r, d, err)
+			}
+			return
 		}
 	})
 }
