@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -425,9 +426,23 @@ func TestRedlockSlowNode(t *testing.T) {
 				if !eventually(2*ttl, func() bool { return e.holders(ctx, key, 3)[2] == "" }) {
 					t.Fatal("the stale token did not expire")
 				}
-				l, err = g.TryAcquire(ctx, key, ttl)
-				if err != nil {
-					t.Fatalf("after expiry: %v", err)
+				// Again while r1 or r3 misses the 100ms only because the
+				// machine is loaded (CI); a failed attempt's token that its
+				// clean-up missed too expires with the ttl, so the tries end
+				// at 2×ttl. A failure without a timeout before is final.
+				loaded, until := false, time.Now().Add(2*ttl)
+				for {
+					if l, err = g.TryAcquire(ctx, key, ttl); err == nil {
+						break
+					}
+					if errors.As(err, &re) && slices.ContainsFunc(re.NodeErrors, func(err error) bool { return errors.Is(err, prim.ErrNodeTimeout) }) {
+						loaded = true
+					}
+					if !loaded || time.Now().After(until) {
+						t.Fatalf("after expiry: %v", err)
+					}
+					t.Logf("after expiry, again: %v", err)
+					g.WaitCleanups(ctx)
 				}
 				l.Release(ctx)
 				return
