@@ -555,9 +555,11 @@ func TestLimiterStatsIdle(t *testing.T) {
 			t.Fatalf("IdleDuration %v right after the queue emptied", idle)
 		}
 
-		// An Allow in flight (the server paused) is use too.
+		// An Allow in flight (the server paused) is use too. The pause
+		// (2s) outlasts the 200ms look by what a stall on a loaded machine
+		// could add (it was 700ms).
 		time.Sleep(60 * time.Millisecond)
-		if err := admin.Do(ctx, "CLIENT", "PAUSE", "700", "ALL").Err(); err != nil {
+		if err := admin.Do(ctx, "CLIENT", "PAUSE", "2000", "ALL").Err(); err != nil {
 			t.Fatal(err)
 		}
 		allowed := make(chan error, 1)
@@ -700,7 +702,12 @@ func TestWaitEndsOnPermanentErrors(t *testing.T) {
 // which matches the context's error alone.
 func TestWaitInFlightIsUncertain(t *testing.T) {
 	forEachServer(t, false, func(t *testing.T, c *Coordinator, admin *redis.Client) {
-		l := queueLimiter(t, c, AlgoFixedWindow, "inflight", 400*time.Millisecond, WithQueue(5, OldestFirst))
+		// A 2s window (it was 400ms): the 100ms wait below must end before
+		// the window does, and the pause must come before the queue's retry
+		// at the window's end, however slowly a loaded machine runs the
+		// calls between.
+		const window = 2 * time.Second
+		l := queueLimiter(t, c, AlgoFixedWindow, "inflight", window, WithQueue(5, OldestFirst))
 		exhaust(t, l)
 		bg, cancelAll := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancelAll()
@@ -723,16 +730,16 @@ func TestWaitInFlightIsUncertain(t *testing.T) {
 		}
 		exhaust2()
 		out := make(chan waitOutcome, 1)
-		ctx, cancel := context.WithTimeout(bg, 2*time.Second)
+		ctx, cancel := context.WithTimeout(bg, 2*window)
 		defer cancel()
 		enqueue(t, ctx, l, "A", 1, out)
 		// Pause the server before the queue's retry (at the window's end) is
 		// answered: that decision is in flight when ctx ends.
-		if err := admin.Do(bg, "CLIENT", "PAUSE", "4000", "ALL").Err(); err != nil {
+		if err := admin.Do(bg, "CLIENT", "PAUSE", fmt.Sprint((4 * window).Milliseconds()), "ALL").Err(); err != nil {
 			t.Fatal(err)
 		}
 		defer admin.Do(context.Background(), "CLIENT", "UNPAUSE")
-		o := recvOutcome(t, out, 10*time.Second)
+		o := recvOutcome(t, out, 5*window)
 		if !errors.Is(o.err, context.DeadlineExceeded) || !errors.Is(o.err, ErrUncertain) {
 			t.Fatalf("a request whose decision was in flight: %v, want ErrUncertain and the deadline", o.err)
 		}

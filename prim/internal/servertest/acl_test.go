@@ -785,7 +785,11 @@ func TestLeastPrivilegeRedlock(t *testing.T) {
 				t.Cleanup(func() { c.Close() })
 				cs = append(cs, c)
 			}
-			g, err := prim.NewRedlockGroup(cs, prim.WithLogger(slog.New(slog.NewTextHandler(tlog{t}, nil))))
+			// loadedNodeTimeout: a refusal comes back at once, and a
+			// node missing the default 100ms on a loaded machine made the
+			// documented rule's acquisition fail (CI).
+			g, err := prim.NewRedlockGroup(cs, prim.WithNodeTimeout(loadedNodeTimeout),
+				prim.WithLogger(slog.New(slog.NewTextHandler(tlog{t}, nil))))
 			if err != nil {
 				t.Fatal(err)
 			}

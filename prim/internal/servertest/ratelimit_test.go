@@ -381,10 +381,22 @@ func TestRateLimitBadState(t *testing.T) {
 // The decisions use the server's clock only: every argument sent is the
 // request or the configuration (no timestamp), and on a server whose clock is
 // an hour off the client's, in either direction, the decisions are the same.
+//
+// The four grants and the refusal prove something only if the five calls
+// reach the server within one token's refill (window/4, the token bucket's;
+// the windows' limits last a whole window): later, a token has come back and
+// the fifth call is rightly granted. The client's time from before the first
+// call to after the fifth reply bounds the server's time between them (the
+// offset is constant; the clocks run at one rate), so an attempt whose calls
+// took longer checks only the arguments and is made again with a window four
+// times as long: a token every 100ms on a quiet machine, up to one every
+// 1.6s on a loaded one. Five local round trips slower than that are what a
+// user would notice, and fail.
 func TestRateLimitNoClientTime(t *testing.T) {
+	const firstWindow, lastWindow = 400 * time.Millisecond, 6400 * time.Millisecond
 	for _, b := range testbed.Matrix() {
 		t.Run(b, func(t *testing.T) {
-			ctx := ctxT(t, time.Minute)
+			ctx := ctxT(t, 2*time.Minute)
 			topo := testbed.Standalone(t, b)
 			for _, off := range []time.Duration{time.Hour, -time.Hour} {
 				if err := topo.SetClockOffset(ctx, "n1", off); err != nil {
@@ -401,23 +413,46 @@ func TestRateLimitNoClientTime(t *testing.T) {
 				c.AddHook(h)
 				f := prim.New(c).RateLimiters()
 				for _, k := range limiterKinds {
-					const window = 400 * time.Millisecond
-					l := mustLimiter(t, k, f, fmt.Sprintf("%s:%v", k.name, off), 4, window)
-					for i := range 4 {
-						if d, err := l.Allow(ctx, 1); err != nil || !d.Allowed || d.Remaining != int64(3-i) {
-							t.Fatalf("%s, server %v off: grant %d: %+v, %v", k.name, off, i, d, err)
+					for window := firstWindow; ; window *= 4 {
+						what := fmt.Sprintf("%s, server %v off, window %v", k.name, off, window)
+						l := mustLimiter(t, k, f, fmt.Sprintf("%s:%v:%v", k.name, off, window), 4, window)
+						h.take()
+						var ds [5]prim.Decision
+						start := time.Now()
+						for i := range ds {
+							d, err := l.Allow(ctx, 1)
+							if err != nil {
+								t.Fatalf("%s: call %d: %v", what, i, err)
+							}
+							ds[i] = d
 						}
+						took := time.Since(start)
+						if took >= window/4 {
+							_, _, args := h.take()
+							checkArgs(t, k.name, args, 4, window)
+							if window >= lastWindow {
+								t.Fatalf("%s: five calls took %v, more than a token's refill (%v): a user notices", what, took, window/4)
+							}
+							t.Logf("%s: five calls took %v, more than a token's refill (%v); again with a longer window", what, took, window/4)
+							continue
+						}
+						for i, d := range ds[:4] {
+							if !d.Allowed || d.Remaining != int64(3-i) {
+								t.Fatalf("%s: grant %d: %+v", what, i, d)
+							}
+						}
+						d := ds[4]
+						if d.Allowed || !d.HasRetryAfter || d.RetryAfter <= 0 || d.RetryAfter > window+window/10+time.Millisecond {
+							t.Fatalf("%s: refusal %+v (the five calls took %v)", what, d, took)
+						}
+						time.Sleep(d.RetryAfter)
+						if d, err := l.Allow(ctx, 1); err != nil || !d.Allowed {
+							t.Fatalf("%s: after RetryAfter: %+v, %v", what, d, err)
+						}
+						_, _, args := h.take()
+						checkArgs(t, k.name, args, 4, window)
+						break
 					}
-					d, err := l.Allow(ctx, 1)
-					if err != nil || d.Allowed || !d.HasRetryAfter || d.RetryAfter <= 0 || d.RetryAfter > window+window/10+time.Millisecond {
-						t.Fatalf("%s, server %v off: refusal %+v, %v", k.name, off, d, err)
-					}
-					time.Sleep(d.RetryAfter)
-					if d, err := l.Allow(ctx, 1); err != nil || !d.Allowed {
-						t.Fatalf("%s, server %v off: after RetryAfter: %+v, %v", k.name, off, d, err)
-					}
-					_, _, args := h.take()
-					checkArgs(t, k.name, args, 4, window)
 				}
 				c.Close()
 			}
@@ -585,39 +620,76 @@ func TestRateLimitBound(t *testing.T) {
 
 // RetryAfter is honest: a lone retry clearly before it fails, one after it
 // succeeds.
+//
+// The server counts RetryAfter from its refusal, and the window (fixed,
+// sliding) or the token's refill (bucket) from the first grant; the client's
+// clock bounds both instants: the refusal was decided between sending it and
+// its reply, and at most took (from before the first call to after the
+// refusal) after the first grant. So RetryAfter is at least the window (the
+// refill) less took, and a retry whose reply came before the refusal was
+// sent plus RetryAfter was decided before RetryAfter ran out. An attempt
+// whose calls took half the window (the refill) or more, or whose early
+// retry came back too late, proves nothing and is made again with a window
+// twice as long, up to 4s: round trips slower than that on a local server
+// are what a user notices, and fail.
 func TestRateLimitRetryAfter(t *testing.T) {
 	forEachLimiter(t, func(t *testing.T, e *env, k limiterKind) {
-		const limit, window = 3, time.Second
-		ctx := ctxT(t, time.Minute)
+		const limit, firstWindow, lastWindow = 3, time.Second, 4 * time.Second
+		ctx := ctxT(t, 2*time.Minute)
 		c, _ := e.client(t)
-		l := mustLimiter(t, k, prim.New(c).RateLimiters(), e.k(k.name+":retry"), limit, window)
-		for i := range limit {
-			if d, err := l.Allow(ctx, 1); err != nil || !d.Allowed {
-				t.Fatalf("grant %d: %+v, %v", i, d, err)
+		f := prim.New(c).RateLimiters()
+		for window := firstWindow; ; window *= 2 {
+			again := func(format string, args ...any) {
+				t.Helper()
+				what := fmt.Sprintf("window %v: ", window) + fmt.Sprintf(format, args...)
+				if window >= lastWindow {
+					t.Fatalf("%s: a user notices", what)
+				}
+				t.Logf("%s; again with a longer window", what)
 			}
-		}
-		d, err := l.Allow(ctx, 1)
-		got := time.Now()
-		if err != nil || d.Allowed || !d.HasRetryAfter {
-			t.Fatalf("refusal: %+v, %v", d, err)
-		}
-		r := d.RetryAfter
-		// fixed: the rest of the window; sliding: the window and up to a segment
-		// (rounded forward); bucket: one token's refill, window/limit.
-		lo, hi := window*8/10, window+window/10+time.Millisecond
-		if k.name == "bucket" {
-			lo, hi = window/limit*8/10, window/limit+time.Millisecond
-		}
-		if r < lo || r > hi {
-			t.Fatalf("RetryAfter %v, want within [%v, %v]", r, lo, hi)
-		}
-		time.Sleep(time.Until(got.Add(r / 2)))
-		if d, err := l.Allow(ctx, 1); err != nil || d.Allowed || !d.HasRetryAfter || d.RetryAfter > r {
-			t.Fatalf("retry at half the RetryAfter %v: %+v, %v; want refused with a shorter RetryAfter", r, d, err)
-		}
-		time.Sleep(time.Until(got.Add(r)))
-		if d, err := l.Allow(ctx, 1); err != nil || !d.Allowed {
-			t.Fatalf("retry after RetryAfter %v: %+v, %v; want granted", r, d, err)
+			l := mustLimiter(t, k, f, e.k(fmt.Sprintf("%s:retry:%v", k.name, window)), limit, window)
+			start := time.Now()
+			for i := range limit {
+				if d, err := l.Allow(ctx, 1); err != nil || !d.Allowed {
+					t.Fatalf("window %v: grant %d: %+v, %v", window, i, d, err)
+				}
+			}
+			sent := time.Now()
+			d, err := l.Allow(ctx, 1)
+			got := time.Now()
+			took := got.Sub(start)
+			// fixed: the rest of the window; sliding: the window and up to
+			// a segment (rounded forward); bucket: one token's refill,
+			// window/limit.
+			base, hi := window, window+window/10+time.Millisecond
+			if k.name == "bucket" {
+				base, hi = window/limit, window/limit+time.Millisecond
+			}
+			if took >= base/2 {
+				again("four calls took %v, half of %v or more", took, base)
+				continue
+			}
+			if err != nil || d.Allowed || !d.HasRetryAfter {
+				t.Fatalf("window %v: refusal: %+v, %v", window, d, err)
+			}
+			r := d.RetryAfter
+			if lo := base - took - time.Millisecond; r < lo || r > hi {
+				t.Fatalf("window %v: RetryAfter %v, want within [%v, %v] (the calls took %v)", window, r, lo, hi, took)
+			}
+			time.Sleep(time.Until(got.Add(r / 2)))
+			d, err = l.Allow(ctx, 1)
+			if back := time.Since(sent); back >= r {
+				again("the retry at half the RetryAfter %v came back %v after the refusal was sent", r, back)
+				continue
+			}
+			if err != nil || d.Allowed || !d.HasRetryAfter || d.RetryAfter > r {
+				t.Fatalf("window %v: retry at half the RetryAfter %v: %+v, %v; want refused with a shorter RetryAfter", window, r, d, err)
+			}
+			time.Sleep(time.Until(got.Add(r)))
+			if d, err := l.Allow(ctx, 1); err != nil || !d.Allowed {
+				t.Fatalf("window %v: retry after RetryAfter %v: %+v, %v; want granted", window, r, d, err)
+			}
+			return
 		}
 	})
 }

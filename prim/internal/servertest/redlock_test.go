@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -173,6 +174,15 @@ func count(vals []string, v string) int {
 	return n
 }
 
+// loadedNodeTimeout is the node timeout of the tests whose rules do not
+// depend on the bound. The default (100ms) is a quiet network's: on CI's
+// loaded two-core machine healthy local nodes missed it, and the acquisition
+// a test needs failed with ErrNoQuorum (TestLeastPrivilegeRedlock,
+// TestRedlockRenewal's set-up). A local node silent for 2s is one a user
+// would call down. The default is held to its bound where the bound is the
+// rule: TestRedlockSlowNode and TestRedlockExclusion.
+const loadedNodeTimeout = 2 * time.Second
+
 func group(t testing.TB, cs []redis.UniversalClient, opts ...prim.Option) *prim.RedlockGroup {
 	t.Helper()
 	g, err := prim.NewRedlockGroup(cs, opts...)
@@ -191,12 +201,11 @@ func TestRedlockQuorum(t *testing.T) {
 		ctx := ctxT(t, 2*time.Minute)
 		for _, fault := range []string{"down", "partitioned"} {
 			t.Run(fault, func(t *testing.T) {
-				// A 1s node timeout, not the default 100ms: on CI's loaded
-				// machine (-race, other packages beside) the healthy nodes
-				// missed 100ms. TryAcquire returns at a majority, so the
-				// bound costs nothing here; the default is held to its
-				// bound by TestRedlockSlowNode and TestRedlockExclusion.
-				g := group(t, e.clients(t, 3), prim.WithNodeTimeout(time.Second))
+				// loadedNodeTimeout: on CI's loaded machine (-race, other
+				// packages beside) the healthy nodes missed 100ms.
+				// TryAcquire returns at a majority, so the bound costs
+				// nothing here.
+				g := group(t, e.clients(t, 3), prim.WithNodeTimeout(loadedNodeTimeout))
 				key := e.k(fault)
 				if fault == "down" {
 					e.kill(t, 2)
@@ -250,7 +259,9 @@ func TestRedlockTwoDown(t *testing.T) {
 		ctx := ctxT(t, 2*time.Minute)
 		for _, fault := range []string{"down", "partitioned"} {
 			t.Run(fault, func(t *testing.T) {
-				g := group(t, e.clients(t, 3))
+				// loadedNodeTimeout: the healthy r1 must confirm (Confirmed
+				// 1), which a loaded machine made it miss within 100ms.
+				g := group(t, e.clients(t, 3), prim.WithNodeTimeout(loadedNodeTimeout))
 				key := e.k(fault)
 				for _, i := range []int{1, 2} {
 					if fault == "down" {
@@ -302,16 +313,37 @@ func TestRedlockSlowNode(t *testing.T) {
 		}
 
 		t.Run("counts as failed", func(t *testing.T) {
-			key := e.k("slow")
-			l, err := g.TryAcquire(ctx, key, 10*time.Second)
+			// Again (a fresh key) while r1 or r2 misses the 100ms only
+			// because the machine is loaded; r3's 400ms round trip misses
+			// it every time.
+			var (
+				key string
+				l   *prim.RedlockLease
+				err error
+				re  *prim.RedlockError
+			)
+			for try := range 5 {
+				key = e.k(fmt.Sprintf("slow-%d", try))
+				if l, err = g.TryAcquire(ctx, key, 10*time.Second); !errors.As(err, &re) ||
+					!errors.Is(re.NodeErrors[0], prim.ErrNodeTimeout) && !errors.Is(re.NodeErrors[1], prim.ErrNodeTimeout) {
+					break
+				}
+				t.Logf("try %d: a healthy node missed the node timeout: %v", try, err)
+			}
 			if err != nil {
 				t.Fatal(err)
 			}
 			if l.AcquiredOn() != 2 {
 				t.Fatalf("acquired on %d, want 2 (r3 is slower than the node timeout)", l.AcquiredOn())
 			}
+			// The release too can miss the 100ms on r1 or r2 only because
+			// the machine is loaded: the lease has ended all the same (their
+			// token expires), and r3 is what is checked below.
 			if ok, err := l.Release(ctx); !ok || err != nil {
-				t.Fatal(ok, err)
+				if !errors.As(err, &re) || !errors.Is(re.NodeErrors[0], prim.ErrNodeTimeout) && !errors.Is(re.NodeErrors[1], prim.ErrNodeTimeout) {
+					t.Fatal(ok, err)
+				}
+				t.Logf("the release: a healthy node missed the node timeout: %v", err)
 			}
 			// r3's SET lands, then the release that waited for it: nothing stays.
 			if !eventually(5*time.Second, func() bool { return e.holders(ctx, key, 3)[2] == "" }) {
@@ -400,9 +432,23 @@ func TestRedlockSlowNode(t *testing.T) {
 				if !eventually(2*ttl, func() bool { return e.holders(ctx, key, 3)[2] == "" }) {
 					t.Fatal("the stale token did not expire")
 				}
-				l, err = g.TryAcquire(ctx, key, ttl)
-				if err != nil {
-					t.Fatalf("after expiry: %v", err)
+				// Again while r1 or r3 misses the 100ms only because the
+				// machine is loaded (CI); a failed attempt's token that its
+				// clean-up missed too expires with the ttl, so the tries end
+				// at 2×ttl. A failure without a timeout before is final.
+				loaded, until := false, time.Now().Add(2*ttl)
+				for {
+					if l, err = g.TryAcquire(ctx, key, ttl); err == nil {
+						break
+					}
+					if errors.As(err, &re) && slices.ContainsFunc(re.NodeErrors, func(err error) bool { return errors.Is(err, prim.ErrNodeTimeout) }) {
+						loaded = true
+					}
+					if !loaded || time.Now().After(until) {
+						t.Fatalf("after expiry: %v", err)
+					}
+					t.Logf("after expiry, again: %v", err)
+					g.WaitCleanups(ctx)
 				}
 				l.Release(ctx)
 				return
@@ -415,12 +461,12 @@ func TestRedlockSlowNode(t *testing.T) {
 // TestRedlockValidity: ttl 100ms with 80ms of latency on every link (each
 // way: a round trip of at least 160ms) is refused with ErrValidityExpired
 // though every node set the key; with a ttl of 5s the same latency is
-// acquired. The node timeout (1s) is above the round trip so the nodes do not
-// fail, and only the validity decides.
+// acquired. The node timeout (loadedNodeTimeout, 2s) is above the round trip
+// so the nodes do not fail, and only the validity decides.
 func TestRedlockValidity(t *testing.T) {
 	forEachSet(t, func(t *testing.T, e *rlEnv) {
 		ctx := ctxT(t, time.Minute)
-		g := group(t, e.clients(t, 3), prim.WithNodeTimeout(time.Second))
+		g := group(t, e.clients(t, 3), prim.WithNodeTimeout(loadedNodeTimeout))
 		for i := range 3 {
 			if err := e.link(t, i).Latency(80*time.Millisecond, 0); err != nil {
 				t.Fatal(err)
@@ -452,12 +498,10 @@ func TestRedlockValidity(t *testing.T) {
 func TestRedlockRenewal(t *testing.T) {
 	forEachSet(t, func(t *testing.T, e *rlEnv) {
 		ctx := ctxT(t, 2*time.Minute)
-		// A 1s node timeout, not the default 100ms: CI runs this under -race
-		// beside other packages on two cores, where the setup acquisitions
-		// missed 100ms on two nodes; the renewal rules checked here do not
-		// depend on the bound (TestRedlockQuorum, TestRedlockSlowNode and
-		// TestRedlockExclusion run the default).
-		g := group(t, e.clients(t, 3), prim.WithNodeTimeout(time.Second))
+		// loadedNodeTimeout: CI runs this under -race beside other packages
+		// on two cores, where the setup acquisitions missed 100ms on two
+		// nodes; the renewal rules checked here do not depend on the bound.
+		g := group(t, e.clients(t, 3), prim.WithNodeTimeout(loadedNodeTimeout))
 
 		t.Run("renewed", func(t *testing.T) {
 			key := e.k("ok")
@@ -558,9 +602,9 @@ func TestRedlockRenewal(t *testing.T) {
 		})
 
 		t.Run("release queued behind a renewal", func(t *testing.T) {
-			// A 1s node timeout: the renewal is slowed on purpose and must
-			// still succeed.
-			g := group(t, e.clients(t, 3), prim.WithNodeTimeout(time.Second))
+			// loadedNodeTimeout: the renewal is slowed on purpose (300ms
+			// round trips) and must still succeed.
+			g := group(t, e.clients(t, 3), prim.WithNodeTimeout(loadedNodeTimeout))
 			key := e.k("queued")
 			l := acquireOnAll(ctx, t, e, g, key, 30*time.Second)
 			for i := range 3 {
@@ -816,10 +860,10 @@ func TestRedlockMetricsAndLogger(t *testing.T) {
 		var logs bytes.Buffer
 		var logMu sync.Mutex
 		logger := slog.New(slog.NewTextHandler(lockedWriter{&logs, &logMu}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-		// A 1s node timeout: no node is slow here, and on CI's loaded
+		// loadedNodeTimeout: no node is slow here, and on CI's loaded
 		// machine healthy nodes missed the default 100ms.
 		g := group(t, e.clients(t, 3), prim.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))),
-			prim.WithLogger(logger), prim.WithNodeTimeout(time.Second))
+			prim.WithLogger(logger), prim.WithNodeTimeout(loadedNodeTimeout))
 		key := e.k("m")
 		l, err := g.TryAcquire(ctx, key, 10*time.Second)
 		if err != nil {
@@ -878,17 +922,18 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 }
 
 // TestRedlockWaitCleanups: a node command still in flight after the
-// operation returned (r3 is a second away each way, the node timeout 500ms)
-// is background work WaitCleanups waits for: a short wait ends with the
-// context's error, a long one returns nil once the reply came.
+// operation returned (r3 is loadedNodeTimeout away each way, twice the node
+// timeout for a round trip) is background work WaitCleanups waits for: a
+// short wait ends with the context's error, a long one returns nil once the
+// reply came.
 func TestRedlockWaitCleanups(t *testing.T) {
 	forEachSet(t, func(t *testing.T, e *rlEnv) {
 		ctx := ctxT(t, time.Minute)
-		// A 500ms node timeout (CI's loaded machine missed the default
-		// 100ms on healthy nodes), r3 a second away each way.
-		g := group(t, e.clients(t, 3), prim.WithNodeTimeout(500*time.Millisecond))
+		// loadedNodeTimeout (CI's loaded machine missed the default 100ms
+		// on healthy nodes).
+		g := group(t, e.clients(t, 3), prim.WithNodeTimeout(loadedNodeTimeout))
 		slow := e.link(t, 2)
-		if err := slow.Latency(time.Second, 0); err != nil {
+		if err := slow.Latency(loadedNodeTimeout, 0); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { slow.Heal() })
@@ -903,9 +948,9 @@ func TestRedlockWaitCleanups(t *testing.T) {
 		short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 		defer cancel()
 		if err := g.WaitCleanups(short); !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("WaitCleanups while r3's SET is on the wire (2s round trip): %v, want a deadline error", err)
+			t.Fatalf("WaitCleanups while r3's SET is on the wire (%v round trip): %v, want a deadline error", 2*loadedNodeTimeout, err)
 		}
-		long, cancel2 := context.WithTimeout(ctx, 20*time.Second)
+		long, cancel2 := context.WithTimeout(ctx, 10*loadedNodeTimeout)
 		defer cancel2()
 		if err := g.WaitCleanups(long); err != nil {
 			t.Fatalf("WaitCleanups: %v", err)
