@@ -346,15 +346,20 @@ func (l *CountdownLatch) Wait(ctx context.Context) (bool, error) {
 			if rerr := w.waitReady(ctx, closed); errors.Is(rerr, ErrClosed) {
 				return fail(ErrClosed)
 			} else if rerr == nil {
+				// The read may outlive ctx (track then returns at once and
+				// the read finishes in the background): its state comes
+				// back on a channel, taken only when track returned it.
+				got := make(chan latchState, 1)
 				_, terr := w.track(ctx, func(ctx context.Context, cn *redis.Conn) (int64, error) {
-					st = readLatch(ctx, cn, l.key)
-					return 0, st.err
+					s := readLatch(ctx, cn, l.key)
+					got <- s
+					return 0, s.err
 				})
 				switch {
 				case errors.Is(terr, ErrClosed):
 					return fail(ErrClosed)
 				case terr == nil:
-					tracked = true
+					st, tracked = <-got, true
 				case errors.Is(serverError(terr), ErrWrongType):
 					return false, nil // the key holds something else now
 				case errors.Is(terr, ErrLatchState):

@@ -109,7 +109,7 @@ func (l *Limiter) decideOnce(ctx context.Context, n int64) (Decision, error) {
 		return Decision{}, fmt.Errorf("prim: rate limiter %q: %w", l.key, serverError(r.err))
 	}
 	d, err := l.parseDecision(r.v)
-	if err == nil && !d.Allowed && r.written {
+	if err == nil && !d.Allowed && r.written && n > 0 {
 		// An earlier attempt got no reply and may have been granted (and
 		// taken the permits this resend was denied for): "denied, retry
 		// after" would be a wrong answer. A resend that is granted stands

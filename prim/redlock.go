@@ -460,9 +460,10 @@ func (g *RedlockGroup) failure(op, key string, t *tally, elapsed, validity time.
 // majority), ErrNoQuorum (failed or slow nodes leave none), ErrValidityExpired
 // (a majority, too late).
 //
-// An empty key (ErrEmptyKey) or a ttl that is not a whole number of
-// milliseconds of at least 1ms (ErrInvalidTTL) is returned before anything is
-// sent. A context already done sends nothing. A context that ends during the
+// An empty key (ErrEmptyKey), a ttl that is not a whole number of
+// milliseconds of at least 1ms, or one at or below its drift allowance
+// (DriftAllowance: such a lease could never be valid) (ErrInvalidTTL) is
+// returned before anything is sent. A context already done sends nothing. A context that ends during the
 // attempt abandons it: its token is released in the background and the error
 // matches ErrUncertain (the lease is not returned).
 func (g *RedlockGroup) TryAcquire(ctx context.Context, key string, ttl time.Duration) (*RedlockLease, error) {
@@ -692,7 +693,8 @@ func (l *RedlockLease) Context(parent context.Context) (context.Context, context
 //	               *RedlockError matching ErrNoQuorum or ErrValidityExpired),
 //	               or ctx ended during the renewal (the error wraps ctx's)
 //
-// A bad ttl (ErrInvalidTTL) is returned before anything else, and a ctx that
+// A bad ttl (ErrInvalidTTL, as for TryAcquire: at or below the drift
+// allowance too) is returned before anything else, and a ctx that
 // ends while another Renew or Release of the lease is in flight returns its
 // error and changes nothing.
 func (l *RedlockLease) Renew(ctx context.Context, ttl time.Duration) (bool, error) {

@@ -679,8 +679,11 @@ func (w *watcher) close() {
 	w.mu.Unlock()
 	_ = ps.Close()
 	_ = w.tr.Close()
-	<-w.done
+	// Closing the Pub/Sub client too ends a connection run is dialing (its
+	// OnConnect's CLIENT ID would wait for the read timeout, whatever the
+	// cancelled context says), so run ends at once.
 	_ = w.ps.Close()
+	<-w.done
 }
 
 // watchers is the Coordinator's per-node watcher set, shared by its prefixed views.

@@ -318,10 +318,18 @@ func (m *Middleware) acquire(key string) (*entry, error) {
 	// under this mutex).
 	if now := time.Now(); m.cfg.idle > 0 && now.Sub(m.lastSweep) >= m.cfg.idle/4 {
 		m.lastSweep = now
-		for f := m.idle.Front(); f != nil; f = m.idle.Front() {
+		for f, n := m.idle.Front(), m.idle.Len(); f != nil && n > 0; f, n = m.idle.Front(), n-1 {
 			e := f.Value.(*entry)
-			if now.Sub(e.released) < m.cfg.idle || e.lim.IdleDuration() < m.cfg.idle {
-				break
+			if now.Sub(e.released) < m.cfg.idle {
+				break // the rest were released later still
+			}
+			if e.lim.IdleDuration() < m.cfg.idle {
+				// The limiter was used elsewhere (a factory may share
+				// one between keys): not idle; it goes to the back, so
+				// the idle entries behind it are still swept.
+				e.released = now
+				m.idle.MoveToBack(f)
+				continue
 			}
 			drop = append(drop, m.evictLocked(e))
 		}

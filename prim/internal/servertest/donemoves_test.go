@@ -32,10 +32,10 @@ func doneAfterShorterRenewal(t *testing.T, ctx context.Context, what string, l h
 	work, cancel := l.Context(ctx)
 	defer cancel()
 	done := l.Done()
+	renewed := time.Now() // the new deadline runs from when the renewal was sent
 	if ok, err := l.Renew(ctx, shortRenewal); !ok || err != nil {
 		t.Fatalf("%s: renew for %v: %v %v", what, shortRenewal, ok, err)
 	}
-	renewed := time.Now()
 	if left := l.RemainingEstimate(); left > shortRenewal {
 		t.Fatalf("%s: RemainingEstimate %v after a renewal for %v", what, left, shortRenewal)
 	}

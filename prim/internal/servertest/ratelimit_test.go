@@ -813,6 +813,19 @@ func TestRateLimitUncertain(t *testing.T) {
 			}
 			remaining(l, 0)
 		})
+
+		// A 0-permit peek consumes nothing: a denied resend after a lost
+		// reply is the answer, not ErrUncertain (review).
+		t.Run("peek with reply lost and resend denied", func(t *testing.T) {
+			l := mustLimiter(t, k, f, e.k(k.name+":peek"), 1, time.Minute)
+			if d, err := l.Allow(ctx, 1); err != nil || !d.Allowed {
+				t.Fatalf("the one permit: %+v, %v", d, err)
+			}
+			loseOneReply(t, cut, link)
+			if d, err := l.Allow(ctx, 0); err != nil || d.Allowed {
+				t.Fatalf("a peek after a lost reply: %+v, %v; want a definite denial", d, err)
+			}
+		})
 	})
 }
 
