@@ -152,6 +152,17 @@ func WorstJudgement(js ...Judgement) Judgement {
 	return w
 }
 
+// Overall is the verdict of a run or a check whose properties were judged
+// js: the worst of them, except that a run in which every property had
+// nothing to check (all N/A) checked nothing, which is UNKNOWN, never PASS.
+// coordtorture run and fencecheck decide with it, so they agree.
+func Overall(js ...Judgement) Judgement {
+	if len(js) > 0 && !slices.ContainsFunc(js, func(j Judgement) bool { return j != JudgedNA }) {
+		return JudgedUnknown
+	}
+	return WorstJudgement(js...)
+}
+
 // ExitStatus is the exit status of a run or a check whose worst judgement is
 // j: 0 for PASS and HAZARD (a documented hazard observed, with its
 // evidence), 1 for FAIL, 2 for UNKNOWN.

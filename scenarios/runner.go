@@ -740,7 +740,7 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 		out.Error = strings.Join(failed, "\n")
 	}
 	out.Hazard = models.HazardOutcome(s.Properties, vs, effects)
-	out.Verdict = Worst(vs...)
+	out.Verdict = models.Overall(vs...)
 	return out, nil
 }
 

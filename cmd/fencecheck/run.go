@@ -57,6 +57,9 @@ type fileReport struct {
 	Overrides []string `json:"overrides,omitempty"`
 	// Run lists why the run's faults did not all happen (UNKNOWN).
 	Run []string `json:"run,omitempty"`
+	// Omitted names the checkers that apply to the history but that its
+	// header's properties leave out (not run: the run did not check them).
+	Omitted []string `json:"omitted,omitempty"`
 	// Hazard says whether a may-show-hazard scenario showed its hazard.
 	Hazard string `json:"hazard,omitempty"`
 	// Effects lists the proven fault effects ("at 1.8s: …").
@@ -252,7 +255,21 @@ func checkFile(name string, stdin io.Reader, cfg config, written map[string]bool
 			fr.Effects = append(fr.Effects, fmt.Sprintf("at %.1fs: %s", time.Duration(ef.At).Seconds(), ef.What))
 		}
 	}
-	fr.Verdict = models.WorstJudgement(js...)
+	if fr.Header != nil {
+		// The header chooses the run's properties; the checkers that apply
+		// to the history but that it leaves out are named, so a header
+		// alone cannot hide what the history holds.
+		named := map[string]bool{}
+		for _, p := range props {
+			named[p.Checker] = true
+		}
+		for _, c := range models.Applicable(h) {
+			if !named[c.Name] {
+				fr.Omitted = append(fr.Omitted, c.Name)
+			}
+		}
+	}
+	fr.Verdict = models.Overall(js...)
 	return fr
 }
 
@@ -364,6 +381,9 @@ func printText(w io.Writer, fr fileReport) {
 	}
 	for _, why := range fr.Run {
 		fmt.Fprintf(w, "UNKNOWN run: %s\n", why)
+	}
+	if len(fr.Omitted) > 0 {
+		fmt.Fprintf(w, "also applicable, not in the header (the run did not check them; --check %s checks them): %s\n", fr.Omitted[0], strings.Join(fr.Omitted, ", "))
 	}
 	if fr.Header != nil {
 		if fr.Hazard != "" {
