@@ -1,0 +1,298 @@
+package servertest_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordtorture/coordtorture/prim"
+)
+
+// Bounds of the stall matrix, as a user would notice them: a call given a
+// 300 ms deadline that returns more than 1.5 s after it has ignored it; a
+// Close that takes more than 1.5 s hangs.
+const (
+	stallDeadline = 300 * time.Millisecond
+	stallNotice   = 1500 * time.Millisecond
+	stallTTL      = 3 * time.Second // the ttl of every lease the matrix takes
+)
+
+// stallEnv is one row's world: a client with go-redis's default options
+// (and a Redlock group of three such clients on databases 0-2) whose
+// connections go through an in-test proxy, and the row's keys.
+type stallEnv struct {
+	*env
+	proxy *holdProxy
+	co    *prim.Coordinator
+	rl    *prim.RedlockGroup
+	key   string // the row's key (a hash tag of its own); every command of the row names it
+	latch *prim.CountdownLatch
+}
+
+func (s *stallEnv) fence() string { return s.key + ":fence" }
+
+// stallOp is one call of a primitive.
+type stallOp struct {
+	name string
+	// write: the call changes the server's state, so a reply that never came
+	// leaves its outcome unknown (ErrUncertain); a read has no outcome to hide.
+	write bool
+	// fenced: the call fences its command when the outcome is unknown
+	// (CLIENT KILL of its dedicated connection, then an owner-checked
+	// release), so a request held before it reached the server leaves nothing
+	// behind once the proxy lets it go.
+	fenced bool
+	// needs is a server feature the call needs ("hfe": hash-field expiry).
+	needs string
+	setup func(ctx context.Context, t *testing.T, s *stallEnv)
+	call  func(ctx context.Context, s *stallEnv) error
+	// residue checks the server's state once the proxy released and the
+	// clean-ups ended: no lease past its ttl; nothing at all when the request
+	// was held before it reached the server and the call fences it.
+	residue func(ctx context.Context, t *testing.T, s *stallEnv, gone bool)
+}
+
+// leaseResidue: the key is gone, or expires within the ttl it was asked for
+// (gone when nothing reached the server and the call fences).
+func leaseResidue(ctx context.Context, t *testing.T, s *stallEnv, gone bool) {
+	t.Helper()
+	for _, a := range s.admins(t) {
+		d, err := a.PTTL(ctx, s.key).Result()
+		if err != nil || d == -1 || d > stallTTL || (gone && d != -2) {
+			t.Errorf("key %s after the release: pttl %v (err %v), want gone (%v) or within the %v ttl", s.key, d, err, gone, stallTTL)
+		}
+	}
+}
+
+// admins are the row's servers as the admin sees them (databases 0-2 for a
+// Redlock row, database 0 otherwise).
+func (s *stallEnv) admins(t *testing.T) []*redis.Client {
+	if s.rl == nil {
+		return []*redis.Client{s.admin}
+	}
+	var out []*redis.Client
+	for db := 0; db < 3; db++ {
+		c := redis.NewClient(&redis.Options{Addr: s.topo.Nodes()[0].DirectAddr(), DB: db})
+		t.Cleanup(func() { c.Close() })
+		out = append(out, c)
+	}
+	return out
+}
+
+func fieldResidue(ctx context.Context, t *testing.T, s *stallEnv, gone bool) {
+	t.Helper()
+	v, err := s.admin.Do(ctx, "HPTTL", s.key, "FIELDS", 1, "f").Int64Slice()
+	if err != nil || len(v) != 1 || v[0] == -1 || time.Duration(v[0])*time.Millisecond > stallTTL || (gone && v[0] != -2) {
+		t.Errorf("field f of %s after the release: hpttl %v (err %v), want gone (%v) or within the %v ttl", s.key, v, err, gone, stallTTL)
+	}
+}
+
+func latchSetup(count int64) func(ctx context.Context, t *testing.T, s *stallEnv) {
+	return func(ctx context.Context, t *testing.T, s *stallEnv) {
+		l, err := s.co.CreateCountdownLatch(ctx, s.key, count)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.latch = l
+	}
+}
+
+func allow(f func(r *prim.RateLimiters, key string) (*prim.Limiter, error), wait bool) func(ctx context.Context, s *stallEnv) error {
+	return func(ctx context.Context, s *stallEnv) error {
+		l, err := f(s.co.RateLimiters(), s.key)
+		if err != nil {
+			return err
+		}
+		defer l.Close()
+		var d prim.Decision
+		if wait {
+			d, err = l.Wait(ctx, 1)
+		} else {
+			d, err = l.Allow(ctx, 1)
+		}
+		if err == nil && !d.Allowed {
+			return fmt.Errorf("%w: a definite denial (RetryAfter %v)", prim.ErrNotAcquired, d.RetryAfter)
+		}
+		if err == nil {
+			return errors.New("allowed over a stalled connection")
+		}
+		return err
+	}
+}
+
+func fixed(r *prim.RateLimiters, key string) (*prim.Limiter, error) {
+	return r.FixedWindow(key, 5, time.Second)
+}
+func sliding(r *prim.RateLimiters, key string) (*prim.Limiter, error) {
+	return r.SlidingWindow(key, 5, time.Second, 5)
+}
+func bucket(r *prim.RateLimiters, key string) (*prim.Limiter, error) {
+	return r.TokenBucket(key, 5, 5, time.Second)
+}
+
+// stallOps are the calls of the matrix: every primitive, its waiting forms
+// included.
+var stallOps = []stallOp{
+	{name: "TryAcquireFencedLock", write: true, residue: leaseResidue, call: func(ctx context.Context, s *stallEnv) error {
+		_, err := s.co.TryAcquireFencedLock(ctx, s.key, s.fence(), stallTTL)
+		return err
+	}},
+	{name: "AcquireFencedLock", write: true, residue: leaseResidue, call: func(ctx context.Context, s *stallEnv) error {
+		_, err := s.co.AcquireFencedLock(ctx, s.key, s.fence(), stallTTL)
+		return err
+	}},
+	{name: "TryAcquireLease", write: true, fenced: true, needs: "hfe", residue: fieldResidue, call: func(ctx context.Context, s *stallEnv) error {
+		_, err := s.co.TryAcquireLease(ctx, s.key, "f", stallTTL)
+		return err
+	}},
+	{name: "AcquireLease", write: true, fenced: true, needs: "hfe", residue: fieldResidue, call: func(ctx context.Context, s *stallEnv) error {
+		_, err := s.co.AcquireLease(ctx, s.key, "f", stallTTL)
+		return err
+	}},
+	{name: "TryAcquireReadLock", write: true, residue: leaseResidue, call: func(ctx context.Context, s *stallEnv) error {
+		_, err := s.co.TryAcquireReadLock(ctx, s.key, stallTTL)
+		return err
+	}},
+	{name: "TryAcquireWriteLock", write: true, residue: leaseResidue, call: func(ctx context.Context, s *stallEnv) error {
+		_, err := s.co.TryAcquireWriteLock(ctx, s.key, stallTTL)
+		return err
+	}},
+	{name: "Semaphore.TryAcquire", write: true, fenced: true, residue: leaseResidue, call: func(ctx context.Context, s *stallEnv) error {
+		_, err := s.co.Semaphore(s.key, 2).TryAcquire(ctx, stallTTL)
+		return err
+	}},
+	{name: "CreateCountdownLatch", write: true, call: func(ctx context.Context, s *stallEnv) error {
+		_, err := s.co.CreateCountdownLatch(ctx, s.key, 2)
+		return err
+	}},
+	{name: "latch.CountDown", write: true, setup: latchSetup(2), call: func(ctx context.Context, s *stallEnv) error {
+		_, err := s.latch.CountDown(ctx)
+		return err
+	}},
+	{name: "latch.Count", setup: latchSetup(2), call: func(ctx context.Context, s *stallEnv) error {
+		_, err := s.latch.Count(ctx)
+		return err
+	}},
+	{name: "latch.Wait", setup: latchSetup(2), call: func(ctx context.Context, s *stallEnv) error {
+		done, err := s.latch.Wait(ctx)
+		if err == nil {
+			return fmt.Errorf("latch.Wait answered %v over a stalled connection", done)
+		}
+		return err
+	}},
+	{name: "JoinCountdownLatch", setup: latchSetup(2), call: func(ctx context.Context, s *stallEnv) error {
+		_, err := s.co.JoinCountdownLatch(ctx, s.key)
+		return err
+	}},
+	{name: "FixedWindow.Allow", write: true, residue: leaseResidue, call: allow(fixed, false)},
+	{name: "SlidingWindow.Allow", write: true, call: allow(sliding, false)},
+	{name: "TokenBucket.Allow", write: true, call: allow(bucket, false)},
+	{name: "FixedWindow.Wait", write: true, residue: leaseResidue, call: allow(fixed, true)},
+	{name: "TokenBucket.Wait", write: true, call: allow(bucket, true)},
+	{name: "Redlock.TryAcquire", write: true, residue: leaseResidue, call: func(ctx context.Context, s *stallEnv) error {
+		_, err := s.rl.TryAcquire(ctx, s.key, stallTTL)
+		return err
+	}},
+}
+
+// newStallEnv makes the row's world: a proxy in front of the server, a
+// client through it with go-redis's default options, a Coordinator on it
+// and, for a Redlock row, a group of three clients (databases 0, 1, 2 of the
+// same server, through the same proxy: three deployments as far as the
+// group can tell).
+func newStallEnv(t *testing.T, e *env, row string, redlock bool) *stallEnv {
+	t.Helper()
+	proxy := newHoldProxy(t, e.topo.Nodes()[0].DirectAddr())
+	c := redis.NewClient(&redis.Options{Addr: proxy.Addr()}) // go-redis's defaults
+	t.Cleanup(func() { c.Close() })
+	s := &stallEnv{env: e, proxy: proxy, co: prim.New(c), key: e.k("{" + row + "}")}
+	t.Cleanup(func() { s.co.Close() })
+	if redlock {
+		var cs []redis.UniversalClient
+		for db := 0; db < 3; db++ {
+			rc := redis.NewClient(&redis.Options{Addr: proxy.Addr(), DB: db}) // go-redis's defaults
+			t.Cleanup(func() { rc.Close() })
+			cs = append(cs, rc)
+		}
+		s.rl = group(t, cs)
+	}
+	return s
+}
+
+// TestStallMatrix tries every primitive against a stalled reply (the
+// command ran, its reply is held) and a stalled request (the command is held
+// before it reaches the server), each picked by the very command that names
+// the row's key, with go-redis's default client options (issue 31). Every
+// call must return by its 300 ms deadline (within 1.5 s, what a user would
+// not notice as ignoring it); a write whose reply was held answers
+// ErrUncertain, never a definite "not acquired" or "denied" (a Redlock
+// attempt may also say ErrNoQuorum: its nodes timed out and it released its
+// token, as documented); a read answers an error, never a value; Close is
+// prompt with the connection still stalled; and once the proxy releases,
+// the clean-ups end and no lease outlives the ttl it was asked for.
+func TestStallMatrix(t *testing.T) {
+	forEachBuild(t, func(t *testing.T, e *env) {
+		ctx := ctxT(t, 2*time.Minute)
+		hfe := hasFieldExpiry(ctx, e.admin)
+		for _, held := range []fault{stallReply, stallRequest} {
+			for _, op := range stallOps {
+				name := map[fault]string{stallReply: "reply", stallRequest: "request"}[held] + "/" + op.name
+				t.Run(name, func(t *testing.T) {
+					if op.needs == "hfe" && !hfe {
+						t.Skip("the server has no hash-field expiry")
+					}
+					s := newStallEnv(t, e, name, op.name == "Redlock.TryAcquire")
+					if op.setup != nil {
+						op.setup(ctx, t, s)
+					}
+					s.proxy.StallWhen(held, s.key)
+					cctx, cancel := context.WithTimeout(ctx, stallDeadline)
+					start := time.Now()
+					err := op.call(cctx, s)
+					took := time.Since(start)
+					cancel()
+					t.Logf("%v after %v", err, took.Round(time.Millisecond))
+					if len(s.proxy.Sent(s.key)) == 0 {
+						t.Fatal("no command named the key: nothing was stalled")
+					}
+					if took > stallDeadline+stallNotice {
+						t.Errorf("returned %v after its %v deadline", took-stallDeadline, stallDeadline)
+					}
+					switch {
+					case err == nil:
+						t.Errorf("succeeded over a stalled connection")
+					case op.name == "Redlock.TryAcquire" && (errors.Is(err, prim.ErrUncertain) || errors.Is(err, prim.ErrNoQuorum)):
+					case held == stallReply && op.write && !errors.Is(err, prim.ErrUncertain):
+						t.Errorf("a write whose reply was held answered %v, want ErrUncertain", err)
+					case errors.Is(err, prim.ErrNotAcquired):
+						t.Errorf("a definite answer over a stalled connection: %v", err)
+					}
+					start = time.Now()
+					s.co.Close()
+					if took := time.Since(start); took > stallNotice {
+						t.Errorf("Coordinator.Close with a stalled connection took %v", took)
+					}
+					s.proxy.ReleaseAll()
+					wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+					defer wcancel()
+					if err := s.co.WaitCleanups(wctx); err != nil {
+						t.Errorf("clean-ups did not end within 10s of the release: %v", err)
+					}
+					if s.rl != nil {
+						if err := s.rl.WaitCleanups(wctx); err != nil {
+							t.Errorf("Redlock clean-ups did not end within 10s of the release: %v", err)
+						}
+					}
+					time.Sleep(100 * time.Millisecond) // held bytes delivered
+					if op.residue != nil {
+						op.residue(ctx, t, s, held == stallRequest && op.fenced)
+					}
+				})
+			}
+		}
+	})
+}
