@@ -223,6 +223,55 @@ func newStallEnv(t *testing.T, e *env, row string, redlock bool) *stallEnv {
 	return s
 }
 
+// checkOutcome: the call returned by its deadline (within what a user would
+// notice), and said what it knows: an error, ErrUncertain for a write whose
+// reply was held, never a definite "not acquired" (a Redlock call may also
+// say ErrNoQuorum: its nodes timed out, it released its token, as
+// documented).
+func (s *stallEnv) checkOutcome(t *testing.T, held fault, write bool, err error, took time.Duration) {
+	t.Helper()
+	t.Logf("%v after %v", err, took.Round(time.Millisecond))
+	if len(s.proxy.Sent(s.key)) == 0 {
+		t.Fatal("no command named the key: nothing was stalled")
+	}
+	if took > stallDeadline+stallNotice {
+		t.Errorf("returned %v after its %v deadline", took-stallDeadline, stallDeadline)
+	}
+	switch {
+	case err == nil:
+		t.Errorf("no error over a stalled connection")
+	case s.rl != nil && (errors.Is(err, prim.ErrUncertain) || errors.Is(err, prim.ErrNoQuorum)):
+	case held == stallReply && write && !errors.Is(err, prim.ErrUncertain):
+		t.Errorf("a write whose reply was held answered %v, want ErrUncertain", err)
+	case errors.Is(err, prim.ErrNotAcquired):
+		t.Errorf("a definite answer over a stalled connection: %v", err)
+	}
+}
+
+// closeAndRelease: Close is prompt with the connection still stalled; then
+// the proxy lets everything through (held bytes delivered, as a network that
+// recovers would) and the clean-ups end.
+func (s *stallEnv) closeAndRelease(ctx context.Context, t *testing.T) {
+	t.Helper()
+	start := time.Now()
+	s.co.Close()
+	if took := time.Since(start); took > stallNotice {
+		t.Errorf("Coordinator.Close with a stalled connection took %v", took)
+	}
+	s.proxy.ReleaseAll()
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := s.co.WaitCleanups(wctx); err != nil {
+		t.Errorf("clean-ups did not end within 10s of the release: %v", err)
+	}
+	if s.rl != nil {
+		if err := s.rl.WaitCleanups(wctx); err != nil {
+			t.Errorf("Redlock clean-ups did not end within 10s of the release: %v", err)
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // held bytes delivered
+}
+
 // TestStallMatrix tries every primitive against a stalled reply (the
 // command ran, its reply is held) and a stalled request (the command is held
 // before it reaches the server), each picked by the very command that names
@@ -255,41 +304,95 @@ func TestStallMatrix(t *testing.T) {
 					err := op.call(cctx, s)
 					took := time.Since(start)
 					cancel()
-					t.Logf("%v after %v", err, took.Round(time.Millisecond))
-					if len(s.proxy.Sent(s.key)) == 0 {
-						t.Fatal("no command named the key: nothing was stalled")
-					}
-					if took > stallDeadline+stallNotice {
-						t.Errorf("returned %v after its %v deadline", took-stallDeadline, stallDeadline)
-					}
-					switch {
-					case err == nil:
-						t.Errorf("succeeded over a stalled connection")
-					case op.name == "Redlock.TryAcquire" && (errors.Is(err, prim.ErrUncertain) || errors.Is(err, prim.ErrNoQuorum)):
-					case held == stallReply && op.write && !errors.Is(err, prim.ErrUncertain):
-						t.Errorf("a write whose reply was held answered %v, want ErrUncertain", err)
-					case errors.Is(err, prim.ErrNotAcquired):
-						t.Errorf("a definite answer over a stalled connection: %v", err)
-					}
-					start = time.Now()
-					s.co.Close()
-					if took := time.Since(start); took > stallNotice {
-						t.Errorf("Coordinator.Close with a stalled connection took %v", took)
-					}
-					s.proxy.ReleaseAll()
-					wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
-					defer wcancel()
-					if err := s.co.WaitCleanups(wctx); err != nil {
-						t.Errorf("clean-ups did not end within 10s of the release: %v", err)
-					}
-					if s.rl != nil {
-						if err := s.rl.WaitCleanups(wctx); err != nil {
-							t.Errorf("Redlock clean-ups did not end within 10s of the release: %v", err)
-						}
-					}
-					time.Sleep(100 * time.Millisecond) // held bytes delivered
+					s.checkOutcome(t, held, op.write, err, took)
+					s.closeAndRelease(ctx, t)
 					if op.residue != nil {
 						op.residue(ctx, t, s, held == stallRequest && op.fenced)
+					}
+				})
+			}
+		}
+	})
+}
+
+// renewable is a held handle of any primitive.
+type renewable interface {
+	Renew(ctx context.Context, ttl time.Duration) (bool, error)
+	Done() <-chan struct{}
+}
+
+// stallHeldTTL is the ttl of a handle whose renewal the matrix stalls.
+const stallHeldTTL = 1500 * time.Millisecond
+
+// stallHandles acquire one handle of each primitive, for ttl.
+var stallHandles = []struct {
+	name    string
+	needs   string
+	acquire func(ctx context.Context, s *stallEnv, ttl time.Duration) (renewable, error)
+}{
+	{"FencedLock", "", func(ctx context.Context, s *stallEnv, ttl time.Duration) (renewable, error) {
+		return s.co.TryAcquireFencedLock(ctx, s.key, s.fence(), ttl)
+	}},
+	{"Lease", "hfe", func(ctx context.Context, s *stallEnv, ttl time.Duration) (renewable, error) {
+		return s.co.TryAcquireLease(ctx, s.key, "f", ttl)
+	}},
+	{"ReadLock", "", func(ctx context.Context, s *stallEnv, ttl time.Duration) (renewable, error) {
+		return s.co.TryAcquireReadLock(ctx, s.key, ttl)
+	}},
+	{"WriteLock", "", func(ctx context.Context, s *stallEnv, ttl time.Duration) (renewable, error) {
+		return s.co.TryAcquireWriteLock(ctx, s.key, ttl)
+	}},
+	{"Permit", "", func(ctx context.Context, s *stallEnv, ttl time.Duration) (renewable, error) {
+		return s.co.Semaphore(s.key, 2).TryAcquire(ctx, ttl)
+	}},
+	{"Redlock", "", func(ctx context.Context, s *stallEnv, ttl time.Duration) (renewable, error) {
+		return s.rl.TryAcquire(ctx, s.key, ttl)
+	}},
+}
+
+// TestStallMatrixRenew: a held handle of every primitive whose renewal
+// stalls (its reply held, or its request held before the server) — the
+// renewal returns by its 300 ms deadline without claiming success, the
+// handle's Done closes by its local deadline (the 1.5 s it was acquired for,
+// within what a user would notice), Close is prompt, and once the proxy
+// releases, the clean-ups end and nothing outlives the ttl asked for.
+func TestStallMatrixRenew(t *testing.T) {
+	forEachBuild(t, func(t *testing.T, e *env) {
+		ctx := ctxT(t, 2*time.Minute)
+		hfe := hasFieldExpiry(ctx, e.admin)
+		for _, held := range []fault{stallReply, stallRequest} {
+			for _, h := range stallHandles {
+				name := map[fault]string{stallReply: "reply", stallRequest: "request"}[held] + "/" + h.name
+				t.Run(name, func(t *testing.T) {
+					if h.needs == "hfe" && !hfe {
+						t.Skip("the server has no hash-field expiry")
+					}
+					s := newStallEnv(t, e, "renew/"+name, h.name == "Redlock")
+					start := time.Now()
+					hd, err := h.acquire(ctx, s, stallHeldTTL)
+					if err != nil {
+						t.Fatal(err)
+					}
+					s.proxy.StallWhen(held, "evalsha", s.key)
+					cctx, cancel := context.WithTimeout(ctx, stallDeadline)
+					rstart := time.Now()
+					ok, err := hd.Renew(cctx, stallTTL)
+					took := time.Since(rstart)
+					cancel()
+					if ok {
+						t.Errorf("Renew succeeded over a stalled connection")
+					}
+					s.checkOutcome(t, held, true, err, took)
+					select {
+					case <-hd.Done():
+					case <-time.After(time.Until(start.Add(stallHeldTTL + stallNotice))):
+						t.Errorf("Done still open %v after the handle's %v local deadline", stallNotice, stallHeldTTL)
+					}
+					s.closeAndRelease(ctx, t)
+					if h.needs == "hfe" {
+						fieldResidue(ctx, t, s, false)
+					} else {
+						leaseResidue(ctx, t, s, false)
 					}
 				})
 			}
