@@ -23,6 +23,7 @@ type holdProxy struct {
 	mu       sync.Mutex
 	conns    []*proxyConn
 	triggers []trigger
+	fires    int // chunks that set off a trigger
 }
 
 // trigger is a rule armed by StallWhen: a chunk a client sends that holds
@@ -190,9 +191,17 @@ func (p *holdProxy) fired(chunk []byte) []fault {
 		}
 		if all {
 			faults = append(faults, tr.fault)
+			p.fires++
 		}
 	}
 	return faults
+}
+
+// Fires is the number of times a chunk set off an armed trigger.
+func (p *holdProxy) Fires() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.fires
 }
 
 // ReleaseAll disarms every trigger and releases every connection (held bytes

@@ -231,8 +231,8 @@ func newStallEnv(t *testing.T, e *env, row string, redlock bool) *stallEnv {
 func (s *stallEnv) checkOutcome(t *testing.T, held fault, write bool, err error, took time.Duration) {
 	t.Helper()
 	t.Logf("%v after %v", err, took.Round(time.Millisecond))
-	if len(s.proxy.Sent(s.key)) == 0 {
-		t.Fatal("no command named the key: nothing was stalled")
+	if s.proxy.Fires() == 0 {
+		t.Fatal("no command named the key after the proxy was armed: nothing was stalled")
 	}
 	if took > stallDeadline+stallNotice {
 		t.Errorf("returned %v after its %v deadline", took-stallDeadline, stallDeadline)
@@ -291,6 +291,7 @@ func TestStallMatrix(t *testing.T) {
 			for _, op := range stallOps {
 				name := map[fault]string{stallReply: "reply", stallRequest: "request"}[held] + "/" + op.name
 				t.Run(name, func(t *testing.T) {
+					t.Parallel() // the rows wait on timers, each on its own proxy and keys
 					if op.needs == "hfe" && !hfe {
 						t.Skip("the server has no hash-field expiry")
 					}
@@ -364,6 +365,7 @@ func TestStallMatrixRenew(t *testing.T) {
 			for _, h := range stallHandles {
 				name := map[fault]string{stallReply: "reply", stallRequest: "request"}[held] + "/" + h.name
 				t.Run(name, func(t *testing.T) {
+					t.Parallel() // the rows wait on timers, each on its own proxy and keys
 					if h.needs == "hfe" && !hfe {
 						t.Skip("the server has no hash-field expiry")
 					}
@@ -373,7 +375,7 @@ func TestStallMatrixRenew(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					s.proxy.StallWhen(held, "evalsha", s.key)
+					s.proxy.StallWhen(held, s.key) // whatever command renews (a script, or SET IFEQ where the server has it)
 					cctx, cancel := context.WithTimeout(ctx, stallDeadline)
 					rstart := time.Now()
 					ok, err := hd.Renew(cctx, stallTTL)
@@ -394,6 +396,137 @@ func TestStallMatrixRenew(t *testing.T) {
 					} else {
 						leaseResidue(ctx, t, s, false)
 					}
+				})
+			}
+		}
+	})
+}
+
+// stallWaiters are the calls that wait for another owner's release (or a
+// latch's completion) through the watcher's connections: setup takes the
+// resource with the other Coordinator and returns the call and what frees it.
+var stallWaiters = []struct {
+	name  string
+	needs string
+	setup func(ctx context.Context, t *testing.T, s *stallEnv, other *prim.Coordinator) (wait func(ctx context.Context) error, free func())
+}{
+	{"AcquireFencedLock", "", func(ctx context.Context, t *testing.T, s *stallEnv, other *prim.Coordinator) (func(context.Context) error, func()) {
+		held, err := other.TryAcquireFencedLock(ctx, s.key, s.fence(), 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return func(ctx context.Context) error {
+				l, err := s.co.AcquireFencedLock(ctx, s.key, s.fence(), stallTTL)
+				if err == nil {
+					_, _ = l.Release(ctx)
+				}
+				return err
+			}, func() {
+				if _, err := held.Release(ctx); err != nil {
+					t.Error(err)
+				}
+			}
+	}},
+	{"AcquireLease", "hfe", func(ctx context.Context, t *testing.T, s *stallEnv, other *prim.Coordinator) (func(context.Context) error, func()) {
+		held, err := other.TryAcquireLease(ctx, s.key, "f", 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return func(ctx context.Context) error {
+				l, err := s.co.AcquireLease(ctx, s.key, "f", stallTTL)
+				if err == nil {
+					_, _ = l.Release(ctx)
+				}
+				return err
+			}, func() {
+				if _, err := held.Release(ctx); err != nil {
+					t.Error(err)
+				}
+			}
+	}},
+	{"latch.Wait", "", func(ctx context.Context, t *testing.T, s *stallEnv, other *prim.Coordinator) (func(context.Context) error, func()) {
+		l, err := other.CreateCountdownLatch(ctx, s.key, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		joined, err := s.co.JoinCountdownLatch(ctx, s.key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return func(ctx context.Context) error {
+				done, err := joined.Wait(ctx)
+				if err == nil && !done {
+					return errors.New("latch.Wait answered false for its current generation")
+				}
+				return err
+			}, func() {
+				if _, err := l.CountDown(ctx); err != nil {
+					t.Error(err)
+				}
+			}
+	}},
+}
+
+// TestStallMatrixSilentWatcher: every waiting call against a watcher
+// connection that stays open but goes silent (its replies dropped): the
+// Pub/Sub connection (picked by SUBSCRIBE) or the tracking connection
+// (picked by CLIENT TRACKING). A waiter given 300 ms returns by then (within
+// what a user would notice); a waiter set up before the silence sees the
+// release within 12 s (the other owner's lease has 30 s: two keep-alive
+// spells, a reconnect and a re-check on a loaded machine); Close is prompt;
+// the clean-ups end once the proxy releases.
+func TestStallMatrixSilentWatcher(t *testing.T) {
+	forEachBuild(t, func(t *testing.T, e *env) {
+		ctx := ctxT(t, 2*time.Minute)
+		hfe := hasFieldExpiry(ctx, e.admin)
+		oc, _ := e.client(t)
+		other := prim.New(oc)
+		t.Cleanup(func() { other.Close() }) // after the parallel rows
+		for _, conn := range []string{"subscribe", "tracking"} {
+			for _, w := range stallWaiters {
+				name := conn + "/" + w.name
+				t.Run(name, func(t *testing.T) {
+					t.Parallel() // the rows wait on timers, each on its own proxy and keys
+					if w.needs == "hfe" && !hfe {
+						t.Skip("the server has no hash-field expiry")
+					}
+					s := newStallEnv(t, e, "silent/"+name, false)
+					wait, free := w.setup(ctx, t, s, other)
+					got := make(chan error, 1)
+					go func() {
+						wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+						defer cancel()
+						got <- wait(wctx)
+					}()
+					cs := s.proxy.waitSent(conn)
+					time.Sleep(500 * time.Millisecond) // the waiter is set up
+					for _, pc := range cs {
+						pc.DropReplies()
+					}
+					cctx, cancel := context.WithTimeout(ctx, stallDeadline)
+					start := time.Now()
+					err := wait(cctx)
+					took := time.Since(start)
+					cancel()
+					t.Logf("bounded waiter: %v after %v", err, took.Round(time.Millisecond))
+					if err == nil {
+						t.Errorf("a waiter succeeded before the release")
+					}
+					if took > stallDeadline+stallNotice {
+						t.Errorf("a waiter returned %v after its %v deadline over a silent %s connection", took-stallDeadline, stallDeadline, conn)
+					}
+					free()
+					freed := time.Now()
+					select {
+					case err := <-got:
+						if err != nil {
+							t.Errorf("waiter: %v", err)
+						}
+						t.Logf("woke %v after the release", time.Since(freed).Round(time.Millisecond))
+					case <-time.After(12 * time.Second):
+						t.Errorf("the waiter did not wake within 12s of the release over a silent %s connection", conn)
+					}
+					s.closeAndRelease(ctx, t)
 				})
 			}
 		}
