@@ -58,8 +58,13 @@ func TestSilentPubSubDetected(t *testing.T) {
 			t.Fatalf("the waiter did not wake within 12s of the release over a silent Pub/Sub connection (the holder's lease had 30s)")
 		}
 		t.Logf("acquired %v after the release", time.Since(released).Round(time.Millisecond))
-		if n := len(proxy.Sent("subscribe")); n < 2 {
-			t.Fatalf("%d subscribing connections: the silent one was not replaced", n)
+		// The replacement connects at its first SUBSCRIBE, which the
+		// watcher sends right after closing the silent one: wait for it (it
+		// may come a moment after the waiter woke).
+		for deadline := time.Now().Add(5 * time.Second); len(proxy.Sent("subscribe")) < 2; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d subscribing connections 5s after the wake-up: the silent one was not replaced", len(proxy.Sent("subscribe")))
+			}
 		}
 	})
 }
