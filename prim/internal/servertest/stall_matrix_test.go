@@ -272,6 +272,33 @@ func (s *stallEnv) closeAndRelease(ctx context.Context, t *testing.T) {
 	time.Sleep(100 * time.Millisecond) // held bytes delivered
 }
 
+// stallRow names a row of a matrix and the server feature it needs ("hfe":
+// hash-field expiry).
+type stallRow struct{ name, needs string }
+
+// forEachStallRow runs f for every build, every held direction (a stalled
+// reply, a stalled request) and every row, the rows of a build in parallel:
+// they wait on timers, each on its own proxy and keys. name is the row's
+// subtest name ("reply/<row>" or "request/<row>").
+func forEachStallRow(t *testing.T, rows []stallRow, f func(t *testing.T, ctx context.Context, e *env, held fault, i int, name string)) {
+	forEachBuild(t, func(t *testing.T, e *env) {
+		ctx := ctxT(t, 2*time.Minute)
+		hfe := hasFieldExpiry(ctx, e.admin)
+		for _, held := range []fault{stallReply, stallRequest} {
+			for i, row := range rows {
+				name := map[fault]string{stallReply: "reply", stallRequest: "request"}[held] + "/" + row.name
+				t.Run(name, func(t *testing.T) {
+					t.Parallel()
+					if row.needs == "hfe" && !hfe {
+						t.Skip("the server has no hash-field expiry")
+					}
+					f(t, ctx, e, held, i, name)
+				})
+			}
+		}
+	})
+}
+
 // TestStallMatrix tries every primitive against a stalled reply (the
 // command ran, its reply is held) and a stalled request (the command is held
 // before it reaches the server), each picked by the very command that names
@@ -284,34 +311,26 @@ func (s *stallEnv) closeAndRelease(ctx context.Context, t *testing.T) {
 // prompt with the connection still stalled; and once the proxy releases,
 // the clean-ups end and no lease outlives the ttl it was asked for.
 func TestStallMatrix(t *testing.T) {
-	forEachBuild(t, func(t *testing.T, e *env) {
-		ctx := ctxT(t, 2*time.Minute)
-		hfe := hasFieldExpiry(ctx, e.admin)
-		for _, held := range []fault{stallReply, stallRequest} {
-			for _, op := range stallOps {
-				name := map[fault]string{stallReply: "reply", stallRequest: "request"}[held] + "/" + op.name
-				t.Run(name, func(t *testing.T) {
-					t.Parallel() // the rows wait on timers, each on its own proxy and keys
-					if op.needs == "hfe" && !hfe {
-						t.Skip("the server has no hash-field expiry")
-					}
-					s := newStallEnv(t, e, name, op.name == "Redlock.TryAcquire")
-					if op.setup != nil {
-						op.setup(ctx, t, s)
-					}
-					s.proxy.StallWhen(held, s.key)
-					cctx, cancel := context.WithTimeout(ctx, stallDeadline)
-					start := time.Now()
-					err := op.call(cctx, s)
-					took := time.Since(start)
-					cancel()
-					s.checkOutcome(t, held, op.write, err, took)
-					s.closeAndRelease(ctx, t)
-					if op.residue != nil {
-						op.residue(ctx, t, s, held == stallRequest && op.fenced)
-					}
-				})
-			}
+	rows := make([]stallRow, len(stallOps))
+	for i, op := range stallOps {
+		rows[i] = stallRow{op.name, op.needs}
+	}
+	forEachStallRow(t, rows, func(t *testing.T, ctx context.Context, e *env, held fault, i int, name string) {
+		op := stallOps[i]
+		s := newStallEnv(t, e, name, op.name == "Redlock.TryAcquire")
+		if op.setup != nil {
+			op.setup(ctx, t, s)
+		}
+		s.proxy.StallWhen(held, s.key)
+		cctx, cancel := context.WithTimeout(ctx, stallDeadline)
+		start := time.Now()
+		err := op.call(cctx, s)
+		took := time.Since(start)
+		cancel()
+		s.checkOutcome(t, held, op.write, err, took)
+		s.closeAndRelease(ctx, t)
+		if op.residue != nil {
+			op.residue(ctx, t, s, held == stallRequest && op.fenced)
 		}
 	})
 }
@@ -358,46 +377,38 @@ var stallHandles = []struct {
 // within what a user would notice), Close is prompt, and once the proxy
 // releases, the clean-ups end and nothing outlives the ttl asked for.
 func TestStallMatrixRenew(t *testing.T) {
-	forEachBuild(t, func(t *testing.T, e *env) {
-		ctx := ctxT(t, 2*time.Minute)
-		hfe := hasFieldExpiry(ctx, e.admin)
-		for _, held := range []fault{stallReply, stallRequest} {
-			for _, h := range stallHandles {
-				name := map[fault]string{stallReply: "reply", stallRequest: "request"}[held] + "/" + h.name
-				t.Run(name, func(t *testing.T) {
-					t.Parallel() // the rows wait on timers, each on its own proxy and keys
-					if h.needs == "hfe" && !hfe {
-						t.Skip("the server has no hash-field expiry")
-					}
-					s := newStallEnv(t, e, "renew/"+name, h.name == "Redlock")
-					start := time.Now()
-					hd, err := h.acquire(ctx, s, stallHeldTTL)
-					if err != nil {
-						t.Fatal(err)
-					}
-					s.proxy.StallWhen(held, s.key) // whatever command renews (a script, or SET IFEQ where the server has it)
-					cctx, cancel := context.WithTimeout(ctx, stallDeadline)
-					rstart := time.Now()
-					ok, err := hd.Renew(cctx, stallTTL)
-					took := time.Since(rstart)
-					cancel()
-					if ok {
-						t.Errorf("Renew succeeded over a stalled connection")
-					}
-					s.checkOutcome(t, held, true, err, took)
-					select {
-					case <-hd.Done():
-					case <-time.After(time.Until(start.Add(stallHeldTTL + stallNotice))):
-						t.Errorf("Done still open %v after the handle's %v local deadline", stallNotice, stallHeldTTL)
-					}
-					s.closeAndRelease(ctx, t)
-					if h.needs == "hfe" {
-						fieldResidue(ctx, t, s, false)
-					} else {
-						leaseResidue(ctx, t, s, false)
-					}
-				})
-			}
+	rows := make([]stallRow, len(stallHandles))
+	for i, h := range stallHandles {
+		rows[i] = stallRow{h.name, h.needs}
+	}
+	forEachStallRow(t, rows, func(t *testing.T, ctx context.Context, e *env, held fault, i int, name string) {
+		h := stallHandles[i]
+		s := newStallEnv(t, e, "renew/"+name, h.name == "Redlock")
+		start := time.Now()
+		hd, err := h.acquire(ctx, s, stallHeldTTL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.proxy.StallWhen(held, s.key) // whatever command renews (a script, or SET IFEQ where the server has it)
+		cctx, cancel := context.WithTimeout(ctx, stallDeadline)
+		rstart := time.Now()
+		ok, err := hd.Renew(cctx, stallTTL)
+		took := time.Since(rstart)
+		cancel()
+		if ok {
+			t.Errorf("Renew succeeded over a stalled connection")
+		}
+		s.checkOutcome(t, held, true, err, took)
+		select {
+		case <-hd.Done():
+		case <-time.After(time.Until(start.Add(stallHeldTTL + stallNotice))):
+			t.Errorf("Done still open %v after the handle's %v local deadline", stallNotice, stallHeldTTL)
+		}
+		s.closeAndRelease(ctx, t)
+		if h.needs == "hfe" {
+			fieldResidue(ctx, t, s, false)
+		} else {
+			leaseResidue(ctx, t, s, false)
 		}
 	})
 }
@@ -412,37 +423,15 @@ var stallWaiters = []struct {
 }{
 	{"AcquireFencedLock", "", func(ctx context.Context, t *testing.T, s *stallEnv, other *prim.Coordinator) (func(context.Context) error, func()) {
 		held, err := other.TryAcquireFencedLock(ctx, s.key, s.fence(), 30*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return func(ctx context.Context) error {
-				l, err := s.co.AcquireFencedLock(ctx, s.key, s.fence(), stallTTL)
-				if err == nil {
-					_, _ = l.Release(ctx)
-				}
-				return err
-			}, func() {
-				if _, err := held.Release(ctx); err != nil {
-					t.Error(err)
-				}
-			}
+		return waiterOn(ctx, t, held, err, func(ctx context.Context) (*prim.FencedLock, error) {
+			return s.co.AcquireFencedLock(ctx, s.key, s.fence(), stallTTL)
+		})
 	}},
 	{"AcquireLease", "hfe", func(ctx context.Context, t *testing.T, s *stallEnv, other *prim.Coordinator) (func(context.Context) error, func()) {
 		held, err := other.TryAcquireLease(ctx, s.key, "f", 30*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return func(ctx context.Context) error {
-				l, err := s.co.AcquireLease(ctx, s.key, "f", stallTTL)
-				if err == nil {
-					_, _ = l.Release(ctx)
-				}
-				return err
-			}, func() {
-				if _, err := held.Release(ctx); err != nil {
-					t.Error(err)
-				}
-			}
+		return waiterOn(ctx, t, held, err, func(ctx context.Context) (*prim.Lease, error) {
+			return s.co.AcquireLease(ctx, s.key, "f", stallTTL)
+		})
 	}},
 	{"latch.Wait", "", func(ctx context.Context, t *testing.T, s *stallEnv, other *prim.Coordinator) (func(context.Context) error, func()) {
 		l, err := other.CreateCountdownLatch(ctx, s.key, 1)
@@ -465,6 +454,28 @@ var stallWaiters = []struct {
 				}
 			}
 	}},
+}
+
+// waiterOn: the other owner's held lease (or the error taking it), the
+// waiting acquisition (releasing what it got) and the release that frees it.
+func waiterOn[H interface {
+	Release(context.Context) (prim.ReleaseResult, error)
+}](ctx context.Context, t *testing.T, held H, err error, acquire func(context.Context) (H, error)) (func(context.Context) error, func()) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(ctx context.Context) error {
+			h, err := acquire(ctx)
+			if err == nil {
+				_, _ = h.Release(ctx)
+			}
+			return err
+		}, func() {
+			if _, err := held.Release(ctx); err != nil {
+				t.Error(err)
+			}
+		}
 }
 
 // TestStallMatrixSilentWatcher: every waiting call against a watcher
