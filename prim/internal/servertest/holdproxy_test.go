@@ -43,6 +43,10 @@ const (
 	silentReply               // drop the server's bytes: the connection stays open and says nothing
 )
 
+func (f fault) String() string {
+	return [...]string{stallReply: "reply", stallRequest: "request", silentReply: "silent"}[f]
+}
+
 // apply turns fault's switch on (pc.mu held).
 func (pc *proxyConn) apply(f fault) {
 	switch f {
