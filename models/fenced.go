@@ -29,7 +29,8 @@ import (
 //     process's answered acquisition of its token (writers); a write whose
 //     process no answered acquisition had given that token by its
 //     invocation (another process's token, one nobody was given, one given
-//     only later) is token-reused, whatever the resource answered. A
+//     only later) is token-not-given (never a hazard), whatever the
+//     resource answered. A
 //     history of the resource alone (no answered token-granting
 //     acquisition) attributes nothing.
 //
@@ -95,7 +96,7 @@ func CheckFencedResource(h *history.History, o Options) Result {
 // when the history records answered token-granting acquisitions, an
 // ownerless write whose process was given no such token by then (another
 // process's token, a token nobody was given, a token it was given only
-// later) is token-reused (rule 11, see CheckFencedResource).
+// later) is token-not-given (rule 11, see CheckFencedResource).
 type writers struct {
 	h       *history.History
 	indexed bool // built on the first write without an owner
