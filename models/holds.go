@@ -148,7 +148,10 @@ type procKey struct {
 // rule 5), certain from that proof's return (the acquisition may have taken
 // effect as late as the proof: history/FORMAT.md's info), valid until its
 // invocation + ttl or the proof's renewal, and renewed and released from
-// then on like any other.
+// then on like any other. Several unproven ones of one owner (a resend) are
+// one hold: valid until the earliest invocation + ttl among them (whichever
+// took the lease, it may have been the first), gone on the server by the
+// latest expiry any of them may have set.
 func buildHolds(h *history.History, drift int64, want func(mode) bool, cutUncertain bool) *holdSet {
 	n := 0
 	for k := range h.Ops {
@@ -158,7 +161,22 @@ func buildHolds(h *history.History, drift int64, want func(mode) bool, cutUncert
 	}
 	hs := &holdSet{holds: make([]hold, 0, n)}
 	byOwner := make(map[ownerKey]int)
-	pending := make(map[ownerKey]int) // info acquisitions with an owner not yet proven, by owner: their index in h.Ops
+	// pending are the info acquisitions with an owner not yet proven, by
+	// owner: the earliest one's index in h.Ops, and the latest server-side
+	// expiry any of them may have set (Never: unknown). Several may share an
+	// owner (a resend, a client id used as owner): any of them may be the
+	// one that took the lease, so the promoted hold's validity runs from the
+	// earliest invocation (it may have expired that early: the window, which
+	// a later grant must not overlap, ends soonest) and its server side may
+	// last until the latest expiry (liveness and leaks must not count it
+	// gone sooner).
+	type pendingAcq struct {
+		first  int
+		valid  int64 // the earliest invocation + ttl (Never: no ttl)
+		maxTTL int64
+		expiry int64
+	}
+	pending := make(map[ownerKey]pendingAcq)
 	byProc := make(map[procKey]int)
 	kids := lockIDs{}
 	kidOf := kids.of
@@ -235,7 +253,20 @@ func buildHolds(h *history.History, drift int64, want func(mode) bool, cutUncert
 				}
 				hs.maybe = append(hs.maybe, mh)
 				if o.Owner != "" {
-					pending[ownerKey{kidOf(o), o.Owner}] = k
+					who := ownerKey{kidOf(o), o.Owner}
+					valid := history.Never
+					if ttl > 0 {
+						valid = addSat(o.T, ttl)
+					}
+					if p, ok := pending[who]; ok {
+						if p.expiry != history.Never {
+							p.expiry = max(p.expiry, mh.expiry)
+						}
+						p.valid, p.maxTTL = min(p.valid, valid), max(p.maxTTL, ttl)
+						pending[who] = p
+					} else {
+						pending[who] = pendingAcq{first: k, valid: valid, maxTTL: ttl, expiry: mh.expiry}
+					}
 				}
 			}
 			continue
@@ -246,18 +277,16 @@ func buildHolds(h *history.History, drift int64, want func(mode) bool, cutUncert
 		if isProof(o) && o.Owner != "" {
 			who := ownerKey{kidOf(o), o.Owner}
 			if _, held := byOwner[who]; !held {
-				if a, waiting := pending[who]; waiting {
+				if p, waiting := pending[who]; waiting {
 					delete(pending, who)
+					a := p.first
 					ao := &h.Ops[a]
 					m, _ := acquireMode(ao.F)
 					ttl := ms(ao.TTLMs)
 					hd := hold{id: idOf(ao), kid: who.kid, mode: m, start: o.Return, valid: history.Never, relInv: history.Never,
-						weight: ao.Weight(), acq: a, rel: -1, ttl: ttl, maxTTL: ttl, expiry: history.Never}
-					if ttl > 0 {
-						hd.valid = addSat(ao.T, ttl)
-						if ao.Done {
-							hd.expiry = addSat(ao.Return, ttl)
-						}
+						weight: ao.Weight(), acq: a, rel: -1, ttl: ttl, maxTTL: p.maxTTL, expiry: history.Never}
+					if p.valid != history.Never {
+						hd.valid, hd.expiry = p.valid, p.expiry
 					}
 					hs.holds = append(hs.holds, hd)
 					promoted = len(hs.holds) - 1
