@@ -2,6 +2,7 @@ package models
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"sort"
 
@@ -92,6 +93,34 @@ type holdSet struct {
 	// at an instant of each.
 	proofs []proof
 	sorted bool
+	// points are the promoted holds (uncertain acquisitions proven later)
+	// whose window is empty: proven only at an instant of their proof.
+	points []pointHold
+}
+
+// pointHold is a hold known on the server only at some instant of
+// [from, to]: an uncertain acquisition whose first proof (its op, an index
+// in History.Ops) left it no window — a release answered "released" (the
+// window would start at the proof's return and end at its invocation), or a
+// verify or renewal answered after the acquisition's validity had run out.
+//
+// Why only the proof's interval. The acquisition may have taken effect at
+// any instant up to the proof (history/FORMAT.md's info): a recorded
+// completion bounds it for prim, which fences an uncertain command before
+// it reports the outcome, but not for a peer implementation whose lost
+// command may still land later, and the release ends the lease no later
+// than the proof. So the one instant the lease is known held lies in
+// [from, to], and which one is unknown: the checkers (pointConflicts,
+// pointOverCapacity) FAIL it only when other holds certainly fill the lock
+// at every instant of [from, to] — each of them covering the whole
+// interval, strictly (equal times are concurrent: a window starting at from
+// or ending at to may have been granted after, or released before, the
+// proof). Holds that fill the capacity only together, each over part of
+// the interval, are not counted: sound, not complete.
+type pointHold struct {
+	hold     int32
+	op       int
+	from, to int64
 }
 
 type proof struct {
@@ -148,7 +177,10 @@ type procKey struct {
 // rule 5), certain from that proof's return (the acquisition may have taken
 // effect as late as the proof: history/FORMAT.md's info), valid until its
 // invocation + ttl or the proof's renewal, and renewed and released from
-// then on like any other.
+// then on like any other. Several unproven ones of one owner (a resend) are
+// one hold: valid until the earliest invocation + ttl among them (whichever
+// took the lease, it may have been the first), gone on the server by the
+// latest expiry any of them may have set.
 func buildHolds(h *history.History, drift int64, want func(mode) bool, cutUncertain bool) *holdSet {
 	n := 0
 	for k := range h.Ops {
@@ -158,7 +190,22 @@ func buildHolds(h *history.History, drift int64, want func(mode) bool, cutUncert
 	}
 	hs := &holdSet{holds: make([]hold, 0, n)}
 	byOwner := make(map[ownerKey]int)
-	pending := make(map[ownerKey]int) // info acquisitions with an owner not yet proven, by owner: their index in h.Ops
+	// pending are the info acquisitions with an owner not yet proven, by
+	// owner: the earliest one's index in h.Ops, and the latest server-side
+	// expiry any of them may have set (Never: unknown). Several may share an
+	// owner (a resend, a client id used as owner): any of them may be the
+	// one that took the lease, so the promoted hold's validity runs from the
+	// earliest invocation (it may have expired that early: the window, which
+	// a later grant must not overlap, ends soonest) and its server side may
+	// last until the latest expiry (liveness and leaks must not count it
+	// gone sooner).
+	type pendingAcq struct {
+		first  int
+		valid  int64 // the earliest invocation + ttl (Never: no ttl)
+		maxTTL int64
+		expiry int64
+	}
+	pending := make(map[ownerKey]pendingAcq)
 	byProc := make(map[procKey]int)
 	kids := lockIDs{}
 	kidOf := kids.of
@@ -208,6 +255,7 @@ func buildHolds(h *history.History, drift int64, want func(mode) bool, cutUncert
 			hd.relInv, hd.rel, hd.cut = o.T, k, true
 		}
 	}
+	var proofOf [][2]int // promoted holds: (index in hs.holds, their first proof's in h.Ops)
 	for k := range h.Ops {
 		o := &h.Ops[k]
 		if m, _ := acquireMode(o.F); m != modeNone {
@@ -235,7 +283,20 @@ func buildHolds(h *history.History, drift int64, want func(mode) bool, cutUncert
 				}
 				hs.maybe = append(hs.maybe, mh)
 				if o.Owner != "" {
-					pending[ownerKey{kidOf(o), o.Owner}] = k
+					who := ownerKey{kidOf(o), o.Owner}
+					valid := history.Never
+					if ttl > 0 {
+						valid = addSat(o.T, ttl)
+					}
+					if p, ok := pending[who]; ok {
+						if p.expiry != history.Never {
+							p.expiry = max(p.expiry, mh.expiry)
+						}
+						p.valid, p.maxTTL = min(p.valid, valid), max(p.maxTTL, ttl)
+						pending[who] = p
+					} else {
+						pending[who] = pendingAcq{first: k, valid: valid, maxTTL: ttl, expiry: mh.expiry}
+					}
 				}
 			}
 			continue
@@ -246,22 +307,21 @@ func buildHolds(h *history.History, drift int64, want func(mode) bool, cutUncert
 		if isProof(o) && o.Owner != "" {
 			who := ownerKey{kidOf(o), o.Owner}
 			if _, held := byOwner[who]; !held {
-				if a, waiting := pending[who]; waiting {
+				if p, waiting := pending[who]; waiting {
 					delete(pending, who)
+					a := p.first
 					ao := &h.Ops[a]
 					m, _ := acquireMode(ao.F)
 					ttl := ms(ao.TTLMs)
 					hd := hold{id: idOf(ao), kid: who.kid, mode: m, start: o.Return, valid: history.Never, relInv: history.Never,
-						weight: ao.Weight(), acq: a, rel: -1, ttl: ttl, maxTTL: ttl, expiry: history.Never}
-					if ttl > 0 {
-						hd.valid = addSat(ao.T, ttl)
-						if ao.Done {
-							hd.expiry = addSat(ao.Return, ttl)
-						}
+						weight: ao.Weight(), acq: a, rel: -1, ttl: ttl, maxTTL: p.maxTTL, expiry: history.Never}
+					if p.valid != history.Never {
+						hd.valid, hd.expiry = p.valid, p.expiry
 					}
 					hs.holds = append(hs.holds, hd)
 					promoted = len(hs.holds) - 1
 					register(promoted, ao)
+					proofOf = append(proofOf, [2]int{promoted, k})
 				}
 			}
 		}
@@ -358,7 +418,133 @@ func buildHolds(h *history.History, drift int64, want func(mode) bool, cutUncert
 			}
 		}
 	}
+	for _, p := range proofOf {
+		if hd, o := &hs.holds[p[0]], &h.Ops[p[1]]; hd.end <= hd.start {
+			hs.points = append(hs.points, pointHold{hold: int32(p[0]), op: p[1], from: o.T, to: o.Return})
+		}
+	}
 	return hs
+}
+
+// coverers returns, for each point hold (aligned with hs.points), the
+// other non-empty windows of its lock that certainly held at every instant
+// of [from, to] (strictly: see pointHold) and whose mode conflicts with the
+// point's (conflicts nil: any). One sweep per lock over windows by start
+// and points by from, keeping the windows still open: O(n log n) plus the
+// open windows at each point.
+func (hs *holdSet) coverers(conflicts func(a, b mode) bool) [][]int32 {
+	out := make([][]int32, len(hs.points))
+	if len(hs.points) == 0 {
+		return out
+	}
+	pts := make([]int, len(hs.points))
+	for n := range pts {
+		pts[n] = n
+	}
+	kidOf := func(n int) int32 { return hs.holds[hs.points[n].hold].kid }
+	slices.SortFunc(pts, func(a, b int) int {
+		if c := cmp.Compare(kidOf(a), kidOf(b)); c != 0 {
+			return c
+		}
+		return cmp.Compare(hs.points[a].from, hs.points[b].from)
+	})
+	idx := sortedByID(hs.holds)
+	var open []int32
+	i := 0
+	cur := int32(-1)
+	for _, n := range pts {
+		p := hs.points[n]
+		ph := &hs.holds[p.hold]
+		if ph.kid != cur {
+			cur, open = ph.kid, open[:0]
+			for i < len(idx) && hs.holds[idx[i]].kid < cur {
+				i++
+			}
+		}
+		for ; i < len(idx) && hs.holds[idx[i]].kid == cur && hs.holds[idx[i]].start < p.from; i++ {
+			if q := &hs.holds[idx[i]]; q.end > q.start {
+				open = append(open, idx[i])
+			}
+		}
+		open = slices.DeleteFunc(open, func(k int32) bool { return hs.holds[k].end <= p.from })
+		for _, k := range open {
+			if q := &hs.holds[k]; k != p.hold && q.end > p.to && (conflicts == nil || conflicts(q.mode, ph.mode)) {
+				out[n] = append(out[n], k)
+			}
+		}
+	}
+	return out
+}
+
+// pointConflicts reports every point hold (an uncertain acquisition proven
+// only at an instant of its proof: pointHold) that a conflicting window
+// covers across its whole proof: the lease was on the server at an instant
+// another holder certainly held the lock (KindOverlap). A fault explains it
+// only if it erased the other lease after its latest proof of presence by
+// the proof's return (Reach.Since: presentBy) — the point's own lease was
+// on the server at the proof, so it was not the one lost.
+func pointConflicts(h *history.History, set *holdSet, c *collector, drift int64, conflicts func(a, b mode) bool) {
+	covs := set.coverers(conflicts)
+	for n, p := range set.points {
+		cov := covs[n]
+		if len(cov) == 0 {
+			continue
+		}
+		ph, q := &set.holds[p.hold], &set.holds[cov[0]]
+		key := ph.id.String()
+		c.reaches = append(c.reaches, Reach{Kind: KindOverlap, Key: key, Since: set.presentBy(h, q, p.to),
+			First: p.from, Last: p.to, Horizon: horizonOf(q.maxTTL, drift)})
+		if c.full(KindOverlap) {
+			c.skipAt(KindOverlap, p.from)
+			continue
+		}
+		a, o := &h.Ops[ph.acq], &h.Ops[p.op]
+		c.failAt(KindOverlap, key, p.from, fmt.Sprintf("proc %d's acquisition of unknown outcome (invoked at %s) was proven on the server by %s answered %s in [%s, %s], while proc %d held it throughout [%s, %s)",
+			a.Process, fmtT(a.T), o.F, answer(o), fmtT(p.from), fmtT(p.to), h.Ops[q.acq].Process, fmtT(q.start), fmtT(q.end)),
+			append(holdOps(h, q), a, o)...)
+	}
+}
+
+// pointOverCapacity reports every point hold of a semaphore (pointHold)
+// whose weight, with that of the permits whose windows each cover its whole
+// proof, exceeds the lowest capacity any of them is held to (capOf, by hold
+// index): KindOverCapacity, with the reach of lostSince.
+func pointOverCapacity(h *history.History, set *holdSet, c *collector, drift int64, capOf []int64) {
+	covs := set.coverers(nil)
+	for n, p := range set.points {
+		cov := covs[n]
+		if len(cov) == 0 {
+			continue
+		}
+		ph := &set.holds[p.hold]
+		held, limit, horizon := ph.weight, capOf[p.hold], int64(0)
+		for _, k := range cov {
+			held += set.holds[k].weight
+			if cp := capOf[k]; cp > 0 && (limit <= 0 || cp < limit) {
+				limit = cp
+			}
+			horizon = max(horizon, horizonOf(set.holds[k].maxTTL, drift))
+		}
+		if limit <= 0 || held <= limit {
+			continue
+		}
+		key := ph.id.String()
+		open := append(slices.Clone(cov), p.hold)
+		c.reaches = append(c.reaches, Reach{Kind: KindOverCapacity, Key: key, Since: lostSince(h, set, open, p.hold, p.to, held-limit),
+			First: p.from, Last: p.to, Horizon: horizon})
+		if c.full(KindOverCapacity) {
+			c.skipAt(KindOverCapacity, p.from)
+			continue
+		}
+		active := make([]*hold, 0, len(cov))
+		for _, k := range cov {
+			active = append(active, &set.holds[k])
+		}
+		a, o := &h.Ops[ph.acq], &h.Ops[p.op]
+		c.failAt(KindOverCapacity, key, p.from, fmt.Sprintf("%s held at an instant of [%s, %s], capacity %d: proc %d's acquisition of unknown outcome (invoked at %s) was proven on the server by %s answered %s then, while %s held throughout",
+			Plural(held, "permit"), fmtT(p.from), fmtT(p.to), limit, a.Process, fmtT(a.T), o.F, answer(o), Plural(int64(len(cov)), "other permit")),
+			append(holdOps(h, active...), a, o)...)
+	}
 }
 
 // isProof reports whether o proves its owner's lease on the server at an

@@ -38,8 +38,14 @@ type latchGen struct {
 	mayReplace, replaced int64
 	// count-downs of this generation: invocations of those that may have
 	// decremented (ok with count ≥ 0, info), returns of the ok ones.
-	mayInv   []int64
-	infoInv  []int64 // invocations of info count-downs (see mayInv)
+	mayInv  []int64
+	infoInv []int64 // invocations of info count-downs (see mayInv)
+	infoOps []*history.Operation
+	// lateInv: invocations of info count-downs invoked after the
+	// generation was certainly replaced (left out of mayInv), sorted;
+	// lateOps the operations.
+	lateInv  []int64
+	lateOps  []*history.Operation
 	okRet    []int64
 	zeroInvs []int64 // invocations of ok count-downs that returned 0
 	zeroRets []int64 // returns of ok count-downs that returned 0
@@ -59,7 +65,11 @@ type latchGen struct {
 //     (KindLatch: a lost decrement, which a lost write explains);
 //   - an uncertain count-down (info) invoked after its generation was
 //     certainly replaced found another generation, or none: it cannot have
-//     decremented this one, and counts toward no answer of it;
+//     decremented this one, and counts toward no answer of it — unless the
+//     replacement was lost (a failover, a restart): a count-down answer
+//     whose shortfall only those count-downs close is KindLatch, with the
+//     replacement as the write whose loss explains it (Since: the earliest
+//     instant it may have taken effect), never KindLatchDecrementedTwice;
 //   - a replacement replaces only the generations before it (repIndex): a
 //     reset or delete may end generation g only if it did not return before
 //     g's creation was invoked, and certainly ended it at its return only if
@@ -156,6 +166,7 @@ func CheckLatch(h *history.History, o Options) Result {
 			switch {
 			case op.Type == history.Info:
 				g.infoInv = append(g.infoInv, op.T)
+				g.infoOps = append(g.infoOps, op)
 			case op.Type == history.OK && op.Count >= 0:
 				g.mayInv = append(g.mayInv, op.T)
 				g.okRet = append(g.okRet, op.Return)
@@ -178,11 +189,21 @@ func CheckLatch(h *history.History, o Options) Result {
 		// An uncertain count-down invoked after its generation was
 		// certainly replaced found another generation (or none) in its
 		// place: it cannot have decremented this one.
-		for _, t := range g.infoInv {
+		// That holds only if the replacement was not lost: a failover or
+		// restart that lost the reset left this generation in place, and
+		// those count-downs then decremented it (lateInv: a shortfall they
+		// close is KindLatch, which the loss of the reset explains, not
+		// KindLatchDecrementedTwice).
+		for n, t := range g.infoInv {
 			if t <= g.replaced {
 				g.mayInv = append(g.mayInv, t)
+			} else {
+				g.lateInv = append(g.lateInv, t)
+				g.lateOps = append(g.lateOps, g.infoOps[n])
 			}
 		}
+		slices.Sort(g.lateInv)
+		slices.SortFunc(g.lateOps, func(a, b *history.Operation) int { return cmpInt(a.T, b.T) })
 		slices.Sort(g.mayInv)
 		slices.Sort(g.okRet)
 		slices.Sort(g.zeroInvs)
@@ -241,6 +262,18 @@ func CheckLatch(h *history.History, o Options) Result {
 				continue
 			}
 			if inv := int64(countLE(g.mayInv, op.Return)); inv < g.count-r {
+				// The uncertain count-downs invoked after the generation
+				// was certainly replaced decremented it if the replacement
+				// was lost: a shortfall they close is a lost reset (or
+				// delete), KindLatch, whose write is the replacement
+				// (Since: the earliest instant it may have taken effect).
+				if late := countLE(g.lateInv, op.Return); inv+int64(late) >= g.count-r {
+					ops := append([]*history.Operation{g.created}, g.lateOps[:late]...)
+					failSince(KindLatch, g.mayReplace, op, fmt.Sprintf("count-down of generation %d returned %d (initial count %d) when %s had been invoked before it was replaced at %s: "+
+						"only the %s invoked after that could have made up the difference, had the replacement been lost",
+						op.Gen, r, g.count, Plural(inv, "count-down"), fmtT(g.replaced), Plural(int64(late), "uncertain count-down")), append(ops, op)...)
+					continue
+				}
 				fail(KindLatchDecrementedTwice, g, op, fmt.Sprintf("count-down of generation %d returned %d (initial count %d) when at most %s had been invoked: decremented more than once",
 					op.Gen, r, g.count, Plural(inv, "count-down")), g.created, op)
 				continue
