@@ -17,7 +17,7 @@ import (
 // now), closes, expiries, with Done, Context and RemainingEstimate. Skipped
 // on builds without hash-field expiry.
 func TestHashLeaseStateMachine(t *testing.T) {
-	rapidBudget(t, 8, 20)
+	rapidBudget(t, 40, 20)
 	forEachBuild(t, func(t *testing.T, e *env) {
 		if !hasFieldExpiry(context.Background(), e.admin) {
 			t.Skip("no hash-field expiry on this server: hash leases need Redis 7.4+ or Valkey 9+")

@@ -40,7 +40,7 @@ const (
 
 // rapidTTLs are the durations drawn for acquisitions and renewals: a renewal
 // moves the deadline later or earlier than it was.
-var rapidTTLs = []time.Duration{rapidShort, 2 * rapidShort, 10 * time.Second, 30 * time.Second}
+var rapidTTLs = []time.Duration{rapidShort, 10 * time.Second}
 
 // rapidBudget sets rapid's number of checks and of steps for a machine that
 // waits out real time, unless they were given on the command line

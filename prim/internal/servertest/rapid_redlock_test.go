@@ -30,7 +30,7 @@ func (r rapidRedlock) Release(ctx context.Context) (prim.ReleaseResult, error) {
 // answered, and again after), closes, expiries (the key deleted on every
 // node), with Done, Context and RemainingEstimate.
 func TestRedlockStateMachine(t *testing.T) {
-	rapidBudget(t, 8, 20)
+	rapidBudget(t, 40, 20)
 	forEachSet(t, func(t *testing.T, e *rlEnv) {
 		g := group(t, e.clients(t, 3))
 		rapid.Check(t, func(rt *rapid.T) {

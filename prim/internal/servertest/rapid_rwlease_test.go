@@ -15,7 +15,7 @@ import (
 // a write while nobody is; renewals longer and shorter, verifications,
 // releases, closes, expiries, with Done, Context and RemainingEstimate.
 func TestRWLeaseStateMachine(t *testing.T) {
-	rapidBudget(t, 8, 20)
+	rapidBudget(t, 40, 20)
 	forEachBuild(t, func(t *testing.T, e *env) {
 		c, _ := e.client(t)
 		co := prim.New(c)

@@ -28,7 +28,7 @@ func zsetPresent(ctx context.Context, e *env, key, member string) bool {
 // verifications, releases, closes, expiries, each compared with the model,
 // with Done, Context and RemainingEstimate.
 func TestSemaphoreStateMachine(t *testing.T) {
-	rapidBudget(t, 8, 20)
+	rapidBudget(t, 40, 20)
 	forEachBuild(t, func(t *testing.T, e *env) {
 		c, _ := e.client(t)
 		co := prim.New(c)
