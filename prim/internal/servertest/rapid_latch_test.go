@@ -45,13 +45,9 @@ const latchWaitBound = 4 * time.Second
 // background return true when their generation completes and false when it
 // is replaced or deleted, and not before.
 func TestLatchStateMachine(t *testing.T) {
-	rapidBudget(t, 50, 25)
-	forEachBuild(t, func(t *testing.T, e *env) {
-		c, _ := e.client(t)
-		co := prim.New(c)
-		defer co.Close()
+	rapidOnBuilds(t, 50, 25, nil, func(rt *rapid.T, e *env, co *prim.Coordinator) {
 		ctx := context.Background()
-		rapid.Check(t, func(rt *rapid.T) {
+		{
 			key := rapidKey(e, "latch")
 			m := latchModel{gen: -1}
 			gens := 0
@@ -200,6 +196,6 @@ func TestLatchStateMachine(t *testing.T) {
 					}
 				},
 			})
-		})
+		}
 	})
 }

@@ -478,6 +478,33 @@ func runLeaseMachine(rt *rapid.T, t *testing.T, spec *leaseSpec) {
 	rt.Repeat(m.actions())
 }
 
+// rapidOnBuilds runs rapid schedules of f (budget: rapidBudget's) on every
+// build, with a Coordinator of go-redis's default options; a build that
+// cannot run them is skipped when skip says why.
+func rapidOnBuilds(t *testing.T, checks, steps int, skip func(*env) string, f func(rt *rapid.T, e *env, co *prim.Coordinator)) {
+	rapidBudget(t, checks, steps)
+	forEachBuild(t, func(t *testing.T, e *env) {
+		if skip != nil {
+			if why := skip(e); why != "" {
+				t.Skip(why)
+			}
+		}
+		c, _ := e.client(t)
+		co := prim.New(c)
+		defer co.Close()
+		rapid.Check(t, func(rt *rapid.T) { f(rt, e, co) })
+	})
+}
+
+// ownRelease is the Release answer of an owner whose entry no other owner
+// can take (a permit, a read-write member): Released while it is live.
+func ownRelease(l *leaseEntry, _ []*leaseEntry) prim.ReleaseResult {
+	if l.live {
+		return prim.Released
+	}
+	return prim.AlreadyReleased
+}
+
 // rapidKey is a key of its own for each schedule.
 func rapidKey(e *env, what string) string {
 	return e.k(fmt.Sprintf("{%s%d}", what, rapidSeq.Add(1)))

@@ -15,49 +15,38 @@ import (
 // a write while nobody is; renewals longer and shorter, verifications,
 // releases, closes, expiries, with Done, Context and RemainingEstimate.
 func TestRWLeaseStateMachine(t *testing.T) {
-	rapidBudget(t, 40, 20)
-	forEachBuild(t, func(t *testing.T, e *env) {
-		c, _ := e.client(t)
-		co := prim.New(c)
-		defer co.Close()
-		rapid.Check(t, func(rt *rapid.T) {
-			key := rapidKey(e, "rw")
-			runLeaseMachine(rt, t, &leaseSpec{
-				kinds:  []string{"read", "write"},
-				ttls:   rapidTTLs,
-				verify: true,
-				acquire: func(ctx context.Context, kind string, ttl time.Duration) (rapidLease, error) {
-					acquire := co.TryAcquireReadLock
-					if kind == "write" {
-						acquire = co.TryAcquireWriteLock
+	rapidOnBuilds(t, 40, 20, nil, func(rt *rapid.T, e *env, co *prim.Coordinator) {
+		key := rapidKey(e, "rw")
+		runLeaseMachine(rt, t, &leaseSpec{
+			kinds:  []string{"read", "write"},
+			ttls:   rapidTTLs,
+			verify: true,
+			acquire: func(ctx context.Context, kind string, ttl time.Duration) (rapidLease, error) {
+				acquire := co.TryAcquireReadLock
+				if kind == "write" {
+					acquire = co.TryAcquireWriteLock
+				}
+				l, err := acquire(ctx, key, ttl)
+				if err != nil {
+					return nil, err
+				}
+				return l, nil
+			},
+			admits: func(kind string, live []*leaseEntry) bool {
+				for _, l := range live {
+					if kind == "write" || l.kind == "write" {
+						return false
 					}
-					l, err := acquire(ctx, key, ttl)
-					if err != nil {
-						return nil, err
-					}
-					return l, nil
-				},
-				admits: func(kind string, live []*leaseEntry) bool {
-					for _, l := range live {
-						if kind == "write" || l.kind == "write" {
-							return false
-						}
-					}
-					return true
-				},
-				released: func(l *leaseEntry, _ []*leaseEntry) prim.ReleaseResult {
-					if l.live {
-						return prim.Released
-					}
-					return prim.AlreadyReleased
-				},
-				expire: func(ctx context.Context, l *leaseEntry) {
-					e.admin.ZRem(ctx, key, l.h.OwnerToken())
-				},
-				present: func(ctx context.Context, l *leaseEntry) bool {
-					return zsetPresent(ctx, e, key, l.h.OwnerToken())
-				},
-			})
+				}
+				return true
+			},
+			released: ownRelease,
+			expire: func(ctx context.Context, l *leaseEntry) {
+				e.admin.ZRem(ctx, key, l.h.OwnerToken())
+			},
+			present: func(ctx context.Context, l *leaseEntry) bool {
+				return zsetPresent(ctx, e, key, l.h.OwnerToken())
+			},
 		})
 	})
 }

@@ -28,40 +28,29 @@ func zsetPresent(ctx context.Context, e *env, key, member string) bool {
 // verifications, releases, closes, expiries, each compared with the model,
 // with Done, Context and RemainingEstimate.
 func TestSemaphoreStateMachine(t *testing.T) {
-	rapidBudget(t, 40, 20)
-	forEachBuild(t, func(t *testing.T, e *env) {
-		c, _ := e.client(t)
-		co := prim.New(c)
-		defer co.Close()
-		rapid.Check(t, func(rt *rapid.T) {
-			capacity := rapid.IntRange(1, 3).Draw(rt, "capacity")
-			sem := co.Semaphore(rapidKey(e, "sem"), capacity)
-			runLeaseMachine(rt, t, &leaseSpec{
-				kinds:    []string{"permit"},
-				ttls:     rapidTTLs,
-				noExpiry: true,
-				verify:   true,
-				acquire: func(ctx context.Context, _ string, ttl time.Duration) (rapidLease, error) {
-					p, err := sem.TryAcquire(ctx, ttl)
-					if err != nil {
-						return nil, err
-					}
-					return p, nil
-				},
-				admits: func(_ string, live []*leaseEntry) bool { return len(live) < capacity },
-				released: func(l *leaseEntry, _ []*leaseEntry) prim.ReleaseResult {
-					if l.live {
-						return prim.Released
-					}
-					return prim.AlreadyReleased
-				},
-				expire: func(ctx context.Context, l *leaseEntry) {
-					e.admin.ZRem(ctx, sem.Key(), l.h.OwnerToken())
-				},
-				present: func(ctx context.Context, l *leaseEntry) bool {
-					return zsetPresent(ctx, e, sem.Key(), l.h.OwnerToken())
-				},
-			})
+	rapidOnBuilds(t, 40, 20, nil, func(rt *rapid.T, e *env, co *prim.Coordinator) {
+		capacity := rapid.IntRange(1, 3).Draw(rt, "capacity")
+		sem := co.Semaphore(rapidKey(e, "sem"), capacity)
+		runLeaseMachine(rt, t, &leaseSpec{
+			kinds:    []string{"permit"},
+			ttls:     rapidTTLs,
+			noExpiry: true,
+			verify:   true,
+			acquire: func(ctx context.Context, _ string, ttl time.Duration) (rapidLease, error) {
+				p, err := sem.TryAcquire(ctx, ttl)
+				if err != nil {
+					return nil, err
+				}
+				return p, nil
+			},
+			admits:   func(_ string, live []*leaseEntry) bool { return len(live) < capacity },
+			released: ownRelease,
+			expire: func(ctx context.Context, l *leaseEntry) {
+				e.admin.ZRem(ctx, sem.Key(), l.h.OwnerToken())
+			},
+			present: func(ctx context.Context, l *leaseEntry) bool {
+				return zsetPresent(ctx, e, sem.Key(), l.h.OwnerToken())
+			},
 		})
 	})
 }
