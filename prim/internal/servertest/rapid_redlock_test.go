@@ -32,7 +32,11 @@ func (r rapidRedlock) Release(ctx context.Context) (prim.ReleaseResult, error) {
 func TestRedlockStateMachine(t *testing.T) {
 	rapidBudget(t, 40, 20)
 	forEachSet(t, func(t *testing.T, e *rlEnv) {
-		g := group(t, e.clients(t, 3))
+		// A 1 s node timeout, not the default 100 ms: a node slower than that
+		// on a loaded machine would fail an acquisition the model admits; a
+		// call that slow (over rapidMargin) ends the schedule's judging
+		// instead.
+		g := group(t, e.clients(t, 3), prim.WithNodeTimeout(time.Second))
 		rapid.Check(t, func(rt *rapid.T) {
 			key := e.k(fmt.Sprintf("rl%d", rapidSeq.Add(1)))
 			on := func(ctx context.Context, l *leaseEntry) int {
