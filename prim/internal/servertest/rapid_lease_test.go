@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -477,7 +478,11 @@ func runLeaseMachine(rt *rapid.T, t *testing.T, spec *leaseSpec) {
 			e.stop()
 		}
 	}()
+	rapidRuns.Add(1)
 	rt.Repeat(m.actions())
+	if m.abandoned {
+		rapidAbandoned.Add(1)
+	}
 }
 
 // rapidOnBuilds runs rapid schedules of f (budget: rapidBudget's) on every
@@ -494,9 +499,17 @@ func rapidOnBuilds(t *testing.T, checks, steps int, skip func(*env) string, f fu
 		c, _ := e.client(t)
 		co := prim.New(c)
 		defer co.Close()
+		runs, abandoned := rapidRuns.Load(), rapidAbandoned.Load()
 		rapid.Check(t, func(rt *rapid.T) { f(rt, e, co) })
+		if n := rapidRuns.Load() - runs; n > 0 && rapidAbandoned.Load()-abandoned == n {
+			t.Skipf("all %d schedules ran a call slower than %v: nothing was judged", n, rapidMargin)
+		}
 	})
 }
+
+// rapidRuns and rapidAbandoned count the lease machine's schedules and those
+// not judged to their end (a call slower than rapidMargin).
+var rapidRuns, rapidAbandoned atomic.Int64
 
 // ownRelease is the Release answer of an owner whose entry no other owner
 // can take (a permit, a read-write member): Released while it is live.
