@@ -132,7 +132,8 @@ type leaseMachine struct {
 	abandoned bool
 }
 
-// open reports the windows of e that are still to come or open now.
+// windows are the times of e still to come or open now: its local deadline
+// and its expiry on the server.
 func (e *leaseEntry) windows() [][2]time.Time {
 	var w [][2]time.Time
 	if !e.ended && !e.doneDue && !e.noExpiry {
