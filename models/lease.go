@@ -134,6 +134,15 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 			}
 			nOps++
 			kid := kidOf(op)
+			if op.Type != history.OK && op.Owner != "" {
+				if prev, ok := byOwner[ownerKey{kid, op.Owner}]; ok && prev >= 0 && h.Ops[owners[prev].acq].Type != history.OK && owners[prev].mode == m {
+					// Another uncertain attempt of an owner whose earlier
+					// one is still unproven (a resend): the earliest may
+					// be the one that took the lease, so it may expire
+					// first; the owner keeps that acquisition.
+					continue
+				}
+			}
 			owners = append(owners, owner{id: idOf(op), name: op.Owner, acq: k, mode: m})
 			n := len(owners) - 1
 			if op.Owner != "" {
