@@ -90,17 +90,22 @@ func sortedByID(hs []hold) []int32 {
 // the latest instant any of them is known to have been on the server by
 // then (holdSet.presentBy: its latest proof of presence, else its
 // acquisition), so that an overlap with a lease proven after the loss is
-// FAIL (issue 30, rule 1).
+// FAIL (issue 30, rule 1). That latest proof is kept per mode during the
+// sweep (presenceSweep), not found by scanning the open windows at each
+// overlap: O(n log n) however many windows overlap.
 func sweepConflicts(h *history.History, set *holdSet, c *collector, drift int64, conflicts func(a, b mode) bool) {
 	hs := set.holds
 	idx := sortedByID(hs)
 	modes := []mode{modeExclusive, modeRead, modeWrite}
 	var furthest [modePermit]int32 // per mode, index of the furthest-ending window, -1 if none
 	var cur int32
-	// open are the lock's earlier non-empty windows that may still be
-	// open, pruned of the ended ones whenever it has doubled.
-	var open []int32
-	kept := 0
+	// The latest proof of presence among the earlier windows still open,
+	// per mode, kept as the sweep goes (O(log n) per window and proof, on
+	// any history: presenceSweep). Made at a lock's first overlap
+	// (tracking), by replaying the lock's windows so far (from): nothing to
+	// pay on a lock without one.
+	var present *presenceSweep
+	tracking, from := false, 0
 	for n, k := range idx {
 		hd := &hs[k]
 		if n == 0 || hd.kid != cur {
@@ -108,11 +113,10 @@ func sweepConflicts(h *history.History, set *holdSet, c *collector, drift int64,
 			for m := range furthest {
 				furthest[m] = -1
 			}
-			open, kept = open[:0], 0
+			tracking, from = false, n
 		}
-		if len(open) > 2*kept+16 {
-			open = slices.DeleteFunc(open, func(j int32) bool { return hs[j].end <= hd.start })
-			kept = len(open)
+		if tracking {
+			present.advance(hd.start)
 		}
 		if hd.end > hd.start {
 			for _, m := range modes {
@@ -122,13 +126,31 @@ func sweepConflicts(h *history.History, set *holdSet, c *collector, drift int64,
 				}
 				if other := &hs[f]; other.end > hd.start {
 					// Complete when the later window opens; a fault can
-					// explain it only if the earlier lease was on the
+					// explain it only if the earlier leases were on the
 					// server when it struck, and the later window opened
-					// within the earlier lease's ttl after it.
-					since := set.presentBy(h, other, hd.start)
-					for _, j := range open {
-						if o := &hs[j]; o.end > hd.start && conflicts(o.mode, hd.mode) {
-							since = max(since, set.presentBy(h, o, hd.start))
+					// within the earlier lease's ttl after it. Since is the
+					// latest presentBy of the earlier conflicting windows
+					// open at hd.start (other among them).
+					if !tracking {
+						if present == nil {
+							present = newPresenceSweep(h, set)
+						}
+						present.reset()
+						for _, j := range idx[from:n] {
+							if w := &hs[j]; w.end > w.start {
+								present.advance(w.start)
+								present.add(j, w.start)
+							}
+						}
+						present.advance(hd.start)
+						tracking = true
+					}
+					since := int64(-1)
+					for _, m2 := range modes {
+						if conflicts(m2, hd.mode) {
+							if at, ok := present.latest(m2, hd.start); ok {
+								since = max(since, at)
+							}
 						}
 					}
 					c.reaches = append(c.reaches, Reach{Kind: KindOverlap, Key: hd.id.String(), Since: since,
@@ -147,8 +169,8 @@ func sweepConflicts(h *history.History, set *holdSet, c *collector, drift int64,
 		if f := furthest[hd.mode]; f < 0 || hd.end > hs[f].end {
 			furthest[hd.mode] = k
 		}
-		if hd.end > hd.start {
-			open = append(open, k)
+		if tracking && hd.end > hd.start {
+			present.add(k, hd.start)
 		}
 	}
 }
@@ -208,6 +230,9 @@ func CheckSemaphore(h *history.History, o Options) Result {
 		hold int32
 	}
 	var events []event
+	// For lostSince, made at the first episode over capacity.
+	var pt *proofTable
+	var curAt, starts []int32
 	flush := func(id lockID) {
 		if len(events) == 0 {
 			return
@@ -230,31 +255,85 @@ func CheckSemaphore(h *history.History, o Options) Result {
 		// removal): an episode reads them without scanning every hold.
 		var open []int32
 		pos := map[int32]int{}
-		for _, e := range events {
+		// The open windows' horizons (a lazy max-heap: closed ones are
+		// popped when on top), and their weight by latest proof of presence
+		// (lostSince; nil with a weight that is not positive: lostSince
+		// scans then), so that an episode costs O(log n), not a scan of
+		// every open window. Built at the semaphore's first episode over
+		// capacity (tracking; nothing to pay on a history that never is).
+		horizons := heapOf[presence]{less: func(a, b presence) bool { return a.at > b.at }}
+		var present *permitPresence
+		tracking := false
+		for n, e := range events {
 			held += e.w
 			caps.add(capOf[e.hold], e.w > 0)
 			limit := caps.min()
 			if e.w > 0 {
 				pos[e.hold] = len(open)
 				open = append(open, e.hold)
+				if tracking {
+					horizons.push(presence{horizonOf(hs[e.hold].maxTTL, drift), e.hold})
+				}
+				if present != nil {
+					present.open(e.hold, e.w)
+				}
 			} else if i, ok := pos[e.hold]; ok {
 				last := open[len(open)-1]
 				open[i], pos[last] = last, i
 				open = open[:len(open)-1]
 				delete(pos, e.hold)
+				if present != nil {
+					present.close(e.hold, -e.w)
+				}
 			}
 			if limit > 0 && held > limit && !over {
 				over = true
+				if !tracking {
+					tracking = true
+					for _, k := range open {
+						horizons.push(presence{horizonOf(hs[k].maxTTL, drift), k})
+					}
+					if !slices.ContainsFunc(events, func(e event) bool { return hs[e.hold].weight <= 0 }) {
+						if pt == nil {
+							pt = newProofTable(h, set)
+							curAt, starts = make([]int32, len(hs)), make([]int32, len(hs))
+						}
+						ks := make([]int32, 0, len(events)/2)
+						for _, e := range events {
+							if e.w > 0 {
+								ks = append(ks, e.hold)
+							}
+						}
+						// Replayed up to e.
+						present = newPermitPresence(h, set, pt, ks, curAt, starts)
+						for _, e := range events[:n+1] {
+							if e.w > 0 {
+								present.open(e.hold, e.w)
+							} else {
+								present.close(e.hold, -e.w)
+							}
+						}
+					}
+				}
 				horizon := int64(0)
-				for _, k := range open {
-					horizon = max(horizon, horizonOf(hs[k].maxTTL, drift))
+				for horizons.len() > 0 {
+					if _, ok := pos[horizons.top().k]; ok {
+						horizon = horizons.top().at
+						break
+					}
+					horizons.pop()
 				}
 				// Complete at e.t; a fault explains it only if permits
 				// held then, enough of them to leave room for the grant
 				// at e.t, were on the server when it struck (last proven
 				// before it: issue 30, rule 1), and e.t comes within a ttl
 				// after it.
-				since := lostSince(h, set, open, e.hold, e.t, held-limit)
+				var since int64
+				if present != nil {
+					since = present.lostSince(set, e.hold, e.t, held-limit)
+				} else {
+					since = lostSince(h, set, open, e.hold, e.t, held-limit) // weights not all positive: scan
+				}
 				c.reaches = append(c.reaches, Reach{Kind: KindOverCapacity, Key: id.String(), Since: since, First: e.t, Last: e.t, Horizon: horizon})
 				if c.full(KindOverCapacity) {
 					c.skipAt(KindOverCapacity, e.t)
@@ -300,7 +379,9 @@ func CheckSemaphore(h *history.History, o Options) Result {
 // permits' weight gone, so it is the earliest instant by which that much
 // weight was last proven present (holdSet.presentBy); history.Never when the
 // others cannot make up the excess (a grant larger than the capacity is no
-// loss's doing).
+// loss's doing). It scans the open permits: CheckSemaphore asks
+// permitPresence instead (O(log n) a query), and this only when a permit's
+// weight is not positive (n < 0), which the Fenwick tree cannot search.
 func lostSince(h *history.History, set *holdSet, open []int32, grant int32, t, excess int64) int64 {
 	type last struct{ at, w int64 }
 	others := make([]last, 0, len(open))

@@ -109,6 +109,12 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 		mayEnd  int64 // the earliest its lease may have ended (first release invocation, earliest expiry, uncertain renewal)
 		proofT  int64 // invocation of the last proof, or -1
 		mode    mode  // exclusive, read, write or permit
+		// lastProof[i] is the invocation of the latest proof among ops[:i+1]
+		// (-1: none), and ttlMs the longest ttl of the acquisition and
+		// renewals: computed once, when a violation first needs them.
+		lastProof []int64
+		ttlMs     int64
+		ttlKnown  bool
 	}
 	nAcq := 0
 	leaseMode := func(f string) (mode, bool) {
@@ -385,25 +391,39 @@ func CheckLeaseProtocol(h *history.History, o Options) Result {
 		// its latest proof invoked by t, else of its acquisition (issue
 		// 30, rule 1: a fault explains a violation that needs a lease
 		// gone only if it struck after this).
+		// O(log n) per violation, on any history: the latest proof by each
+		// of the owner's operations is computed once (ow.lastProof), not
+		// walked back to for every violation.
 		presentBy := func(ow *owner, t int64) int64 {
+			if ow.lastProof == nil {
+				ow.lastProof = make([]int64, len(ow.ops))
+				last := int64(-1)
+				for i, k := range ow.ops {
+					if op := &h.Ops[k]; proves(op) {
+						last = op.T
+					}
+					ow.lastProof[i] = last
+				}
+			}
 			at := h.Ops[ow.acq].T
 			i := sort.Search(len(ow.ops), func(i int) bool { return h.Ops[ow.ops[i]].T > t })
-			for i--; i >= 0; i-- {
-				if op := &h.Ops[ow.ops[i]]; proves(op) {
-					return max(at, op.T)
-				}
+			if i > 0 && ow.lastProof[i-1] >= 0 {
+				return max(at, ow.lastProof[i-1])
 			}
 			return at
 		}
-		// ttlOf is the longest ttl of an owner's acquisition and renewals.
+		// ttlOf is the longest ttl of an owner's acquisition and renewals
+		// (computed once per owner).
 		ttlOf := func(ow *owner) int64 {
-			t := h.Ops[ow.acq].TTLMs
-			for _, k := range ow.ops {
-				if op := &h.Ops[k]; op.F == history.FRenew {
-					t = max(t, op.TTLMs)
+			if !ow.ttlKnown {
+				ow.ttlMs, ow.ttlKnown = h.Ops[ow.acq].TTLMs, true
+				for _, k := range ow.ops {
+					if op := &h.Ops[k]; op.F == history.FRenew {
+						ow.ttlMs = max(ow.ttlMs, op.TTLMs)
+					}
 				}
 			}
-			return t
+			return ow.ttlMs
 		}
 		for _, n := range list {
 			ow := &owners[n]
