@@ -19,7 +19,10 @@ import (
 // TestReleaseMissIgnoresLaggingReplica), then the latch is reset and a new one
 // created on the primary: Join returns the current generation, Count reads
 // its count (not -1), Join finds the new latch (not ErrNotFound), and Wait of
-// the current generation returns true once it reaches zero.
+// the current generation returns true once it reaches zero. A permit, a read
+// lease and a fenced lock removed on the primary (as by expiry) but still on
+// the lagging replica verify false (their verifications are scripts, which
+// no read routing sends to a replica: a guard, not a fix).
 func TestLatchReadsIgnoreLaggingReplica(t *testing.T) {
 	for _, b := range testbed.Matrix() {
 		t.Run(b, func(t *testing.T) {
@@ -42,6 +45,25 @@ func TestLatchReadsIgnoreLaggingReplica(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// Handles whose verification must read the primary too: a
+			// permit, a read lease and a fenced lock, taken through the
+			// ReadOnly client, their keys on the same slot.
+			permit, err := co.Semaphore("{rl}:sem", 2).TryAcquire(ctx, 30*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			reader, err := co.TryAcquireReadLock(ctx, "{rl}:rw", 30*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lock, err := co.TryAcquireFencedLock(ctx, "{rl}:lease", "{rl}:fence", 30*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			primary, err := topo.ClusterNodeFor(ctx, prim.Slot(key))
+			if err != nil {
+				t.Fatal(err)
+			}
 			rc := replica.Admin().Conn()
 			defer rc.Close()
 			if err := rc.ReadOnly(ctx).Err(); err != nil {
@@ -55,8 +77,8 @@ func TestLatchReadsIgnoreLaggingReplica(t *testing.T) {
 					}
 				}
 			}
-			eventually("the replica never had the first generation", func() bool {
-				return rc.HGet(ctx, key, "gen").Val() == old.Generation()
+			eventually("the replica never had the first generation and the three leases", func() bool {
+				return rc.HGet(ctx, key, "gen").Val() == old.Generation() && rc.Exists(ctx, "{rl}:sem", "{rl}:rw", "{rl}:lease").Val() == 3
 			})
 			if err := replica.Admin().Do(ctx, "CLIENT", "PAUSE", 30000, "WRITE").Err(); err != nil {
 				t.Fatal(err)
@@ -67,6 +89,11 @@ func TestLatchReadsIgnoreLaggingReplica(t *testing.T) {
 				t.Fatal(err)
 			}
 			if _, err := co2.CreateCountdownLatch(ctx, fresh, 1); err != nil {
+				t.Fatal(err)
+			}
+			// The three leases gone on the primary (as by expiry); the
+			// lagging replica still has them.
+			if err := primary.Admin().Del(ctx, "{rl}:sem", "{rl}:rw", "{rl}:lease").Err(); err != nil {
 				t.Fatal(err)
 			}
 			if g := rc.HGet(ctx, key, "gen").Val(); g != old.Generation() {
@@ -91,6 +118,14 @@ func TestLatchReadsIgnoreLaggingReplica(t *testing.T) {
 			}
 			if _, err := co.JoinCountdownLatch(ctx, fresh); err != nil {
 				t.Fatalf("Join of a latch just created, with a lagging replica: %v", err)
+			}
+			for _, v := range []struct {
+				name   string
+				verify func(context.Context) (bool, error)
+			}{{"permit", permit.VerifyStillHeld}, {"read lease", reader.VerifyStillHeld}, {"fenced lock", lock.VerifyStillHeld}} {
+				if held, err := v.verify(ctx); held || err != nil {
+					t.Fatalf("%s VerifyStillHeld with the lease gone on the primary and a lagging replica: %v %v, want false", v.name, held, err)
+				}
 			}
 			if n, err := old.Count(ctx); n != -1 || err != nil {
 				t.Fatalf("Count of the replaced generation: %d %v, want -1", n, err)
