@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 GO ?= go
 SERVERS_DIR ?= $(CURDIR)/.servers
-TEST_TIMEOUT ?= 18m
+TEST_TIMEOUT ?= 25m
 export COORDTORTURE_SERVERS_DIR := $(SERVERS_DIR)
 
 .PHONY: all servers images browser build test test-short lint vet fmt bench server-cost torture torture-docker torture-long clean help

@@ -30,8 +30,8 @@ func (r rapidRedlock) Release(ctx context.Context) (prim.ReleaseResult, error) {
 // answered, and again after), closes, expiries (the key deleted on every
 // node), with Done, Context and RemainingEstimate.
 func TestRedlockStateMachine(t *testing.T) {
-	rapidBudget(t, 40, 20)
 	forEachSet(t, func(t *testing.T, e *rlEnv) {
+		rapidBudget(t, rapidChecksFor(e.topo.Build.Name, 40), 20)
 		// A 1 s node timeout, not the default 100 ms: a node slower than that
 		// on a loaded machine would fail an acquisition the model admits; a
 		// call that slow (over rapidMargin) ends the schedule's judging
