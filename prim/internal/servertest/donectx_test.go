@@ -100,7 +100,9 @@ func TestContextDoneSendsNothing(t *testing.T) {
 func TestRedlockTTLWithinDrift(t *testing.T) {
 	forEachSet(t, func(t *testing.T, e *rlEnv) {
 		ctx := ctxT(t, time.Minute)
-		g := group(t, e.clients(t, 3))
+		// loadedNodeTimeout: the rule here is the ttl check, not the node
+		// timeout (a healthy node slower than 100 ms under load).
+		g := group(t, e.clients(t, 3), prim.WithNodeTimeout(loadedNodeTimeout))
 		key := e.k("rl")
 		for _, ttl := range []time.Duration{time.Millisecond, 2 * time.Millisecond} {
 			_, err := g.TryAcquire(ctx, key, ttl)

@@ -111,7 +111,10 @@ func TestDoneFollowsShorterRenewal(t *testing.T) {
 func TestRedlockDoneFollowsShorterRenewal(t *testing.T) {
 	forEachSet(t, func(t *testing.T, e *rlEnv) {
 		ctx := ctxT(t, time.Minute)
-		g := group(t, e.clients(t, 3))
+		// loadedNodeTimeout: the rule here is the Done timer, not the node
+		// timeout; a healthy node slower than 100 ms on a loaded machine
+		// would fail the acquisition.
+		g := group(t, e.clients(t, 3), prim.WithNodeTimeout(loadedNodeTimeout))
 		l, err := g.TryAcquire(ctx, e.k("rl"), 20*time.Second)
 		if err != nil {
 			t.Fatal(err)
