@@ -38,15 +38,13 @@ func TestWaitsBoundedOnStalledConnections(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer held.Release(ctx)
-		latch, err := owner.CreateCountdownLatch(ctx, e.k("latch"), 1)
-		if err != nil {
+		if _, err := owner.CreateCountdownLatch(ctx, e.k("latch"), 1); err != nil {
 			t.Fatal(err)
 		}
 		joined, err := co.JoinCountdownLatch(ctx, e.k("latch"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		_ = latch
 		// A waiter that sets up the watcher and its tracking connection.
 		wctx, wcancel := context.WithTimeout(ctx, 700*time.Millisecond)
 		if _, err := co.AcquireFencedLock(wctx, lease, fence, 30*time.Second); err == nil {
