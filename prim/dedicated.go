@@ -234,6 +234,7 @@ func (c *Coordinator) fence(ctx context.Context, fc *fenceConn) error {
 		return fmt.Errorf("%w: CLIENT KILL: %w", errNotFenced, serverError(err))
 	}
 	if n >= 1 {
+		fc.discard(ctx)
 		return nil
 	}
 	// Nothing matched. That proves the connection gone only if the kill ran on
@@ -246,7 +247,21 @@ func (c *Coordinator) fence(ctx context.Context, fc *fenceConn) error {
 	if laddr != fc.laddr {
 		return fmt.Errorf("%w: the kill reached the server at %s, the connection was on %s", errNotFenced, laddr, fc.laddr)
 	}
+	fc.discard(ctx)
 	return nil
+}
+
+// discard keeps a connection the server has closed out of the client's pool.
+// go-redis puts a Conn's connection back on Close unless a command on it met
+// a network error, and takes a pooled connection for alive until its socket
+// has seen the close: a proxy or a loaded network in between relays the
+// server's close late, and the pool hands the dead connection to the next
+// command (the owner-checked release that follows a fence met EOF, and the
+// lease stayed for its ttl). A PING on it fails (EOF or reset, once the close
+// arrives; go-redis's read timeout at worst) and marks it bad, so Close drops
+// it. It runs only after a fence, in the background.
+func (fc *fenceConn) discard(ctx context.Context) {
+	_ = fc.conn.Process(ctx, noRetryCmd{redis.NewCmd(ctx, "PING")})
 }
 
 // parseClientInfo reads id, addr and laddr from a CLIENT INFO / CLIENT LIST line.

@@ -2,7 +2,6 @@ package servertest_test
 
 import (
 	"bytes"
-	"io"
 	"net"
 	"sync"
 	"testing"
@@ -20,12 +19,49 @@ type holdProxy struct {
 	ln     net.Listener
 	target string
 
-	mu    sync.Mutex
-	conns []*proxyConn
+	mu       sync.Mutex
+	conns    []*proxyConn
+	triggers []trigger
+	fires    int           // chunks that set off a trigger
+	late     time.Duration // DelayCloses: how late a server's close reaches its client
+}
+
+// trigger is a rule armed by StallWhen: a chunk a client sends that holds
+// every one of words turns its connection's switch (fault) on before the
+// chunk goes on.
+type trigger struct {
+	words []string
+	fault fault
+}
+
+// fault is what a trigger does to the connection that set it off.
+type fault int
+
+const (
+	stallReply   fault = iota // hold the server's bytes: the command ran, its reply is late
+	stallRequest              // hold the client's bytes, this chunk first: the command has not reached the server
+	silentReply               // drop the server's bytes: the connection stays open and says nothing
+)
+
+func (f fault) String() string {
+	return [...]string{stallReply: "reply", stallRequest: "request", silentReply: "silent"}[f]
+}
+
+// apply turns fault's switch on (pc.mu held).
+func (pc *proxyConn) apply(f fault) {
+	switch f {
+	case stallReply:
+		pc.holdDown = true
+	case stallRequest:
+		pc.holdUp = true
+	case silentReply:
+		pc.dropDown = true
+	}
 }
 
 // proxyConn is one client connection through the proxy.
 type proxyConn struct {
+	p              *holdProxy
 	client, server net.Conn
 
 	mu   sync.Mutex
@@ -62,7 +98,7 @@ func (p *holdProxy) accept() {
 			c.Close()
 			continue
 		}
-		pc := &proxyConn{client: c, server: s}
+		pc := &proxyConn{p: p, client: c, server: s}
 		pc.cond = sync.NewCond(&pc.mu)
 		p.mu.Lock()
 		p.conns = append(p.conns, pc)
@@ -80,9 +116,16 @@ func (pc *proxyConn) pump(from, to net.Conn, up bool) {
 	for {
 		n, err := from.Read(buf)
 		if n > 0 {
+			var faults []fault
+			if up {
+				faults = pc.p.fired(buf[:n])
+			}
 			pc.mu.Lock()
 			if up && pc.sent.Len() < 64<<10 {
 				pc.sent.Write(buf[:n])
+			}
+			for _, f := range faults {
+				pc.apply(f)
 			}
 			for (up && pc.holdUp) || (!up && pc.holdDown) {
 				pc.cond.Wait()
@@ -91,17 +134,41 @@ func (pc *proxyConn) pump(from, to net.Conn, up bool) {
 			pc.mu.Unlock()
 			if !drop {
 				if _, werr := to.Write(buf[:n]); werr != nil {
+					if up { // the server's end is gone
+						pc.p.closeLate()
+					}
 					return
 				}
 			}
 		}
 		if err != nil {
-			if err != io.EOF {
-				return
+			if !up { // the server closed
+				pc.p.closeLate()
 			}
 			return
 		}
 	}
+}
+
+// DelayCloses makes the proxy pass a server's close (its FIN, or a reset) to
+// the client d late, from now on: a loaded proxy or a network in between
+// delivers the server's bytes in order but is slow to relay the end of the
+// connection, so for d the client still takes a connection the server killed
+// for alive (go-redis's pool checks a connection's health by what its socket
+// has received).
+func (p *holdProxy) DelayCloses(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.late = d
+}
+
+// closeLate waits DelayCloses' delay before a server's close goes on to its
+// client.
+func (p *holdProxy) closeLate() {
+	p.mu.Lock()
+	late := p.late
+	p.mu.Unlock()
+	time.Sleep(late)
 }
 
 // set changes the connection's switches (f runs with its mutex held).
@@ -125,6 +192,56 @@ func (pc *proxyConn) DropReplies() { pc.set(func(pc *proxyConn) { pc.dropDown = 
 // Release lets both directions through again (held bytes are delivered).
 func (pc *proxyConn) Release() {
 	pc.set(func(pc *proxyConn) { pc.holdUp, pc.holdDown, pc.dropUp, pc.dropDown = false, false, false, false })
+}
+
+// StallWhen arms the proxy: from now until ReleaseAll, a chunk that a client
+// sends holding every one of words (case-insensitive; a command with its key,
+// e.g. "evalsha" and the key) turns f on for its connection before the chunk
+// goes on. The connection is chosen by the very command, not by guessing
+// which pooled connection the client will use next.
+func (p *holdProxy) StallWhen(f fault, words ...string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.triggers = append(p.triggers, trigger{words: words, fault: f})
+}
+
+// fired returns the faults of the armed triggers that chunk sets off (called
+// before the connection's own mutex is taken).
+func (p *holdProxy) fired(chunk []byte) []fault {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var faults []fault
+	low := bytes.ToLower(chunk)
+	for _, tr := range p.triggers {
+		all := true
+		for _, w := range tr.words {
+			all = all && bytes.Contains(low, bytes.ToLower([]byte(w)))
+		}
+		if all {
+			faults = append(faults, tr.fault)
+			p.fires++
+		}
+	}
+	return faults
+}
+
+// Fires is the number of times a chunk set off an armed trigger.
+func (p *holdProxy) Fires() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.fires
+}
+
+// ReleaseAll disarms every trigger and releases every connection (held bytes
+// are delivered, as a network that recovers would).
+func (p *holdProxy) ReleaseAll() {
+	p.mu.Lock()
+	p.triggers = nil
+	conns := append([]*proxyConn(nil), p.conns...)
+	p.mu.Unlock()
+	for _, pc := range conns {
+		pc.Release()
+	}
 }
 
 func (pc *proxyConn) sentContains(s string) bool {
