@@ -196,6 +196,10 @@
 // [ErrLimiterState], a key of another type [ErrWrongType]; nothing is written
 // then.
 //
+// [Limiter.Wait] waits for its permits in a local queue, sleeping until the
+// time the server computed instead of polling; the queue's size and order
+// (and its default) are [WithQueue]'s.
+//
 // Grants are consumptive: there is no returning permits. n == 0 reports
 // availability and writes nothing; n above the limit is refused without
 // RetryAfter (it can never succeed) and sends nothing; a negative n is

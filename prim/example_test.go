@@ -194,6 +194,40 @@ func ExampleRateLimiters_TokenBucket() {
 	// true
 }
 
+// Wait waits for its permits (by default in a queue as large as the limit;
+// see WithQueue), bounded by its context; WithQueue(0, …) refuses at once
+// instead.
+func ExampleLimiter_Wait() {
+	limits := prim.New(exampleClient).WithPrefix("example-wait:").RateLimiters()
+	// One token, one more every 200ms.
+	lim, err := limits.TokenBucket("limits:jobs", 1, 1, 200*time.Millisecond)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d, err := lim.Wait(ctx, 1)
+	fmt.Println(d.Allowed, err)
+	d, err = lim.Wait(ctx, 1) // waits for the next token
+	fmt.Println(d.Allowed, err)
+
+	noQueue, err := limits.TokenBucket("limits:reports", 1, 1, time.Minute, prim.WithQueue(0, prim.OldestFirst))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	d, _ = noQueue.Wait(ctx, 1)
+	fmt.Println(d.Allowed)
+	d, err = noQueue.Wait(ctx, 1) // refused at once
+	fmt.Println(d.Allowed, errors.Is(err, prim.ErrQueueFull), d.HasRetryAfter)
+	// Output:
+	// true <nil>
+	// true <nil>
+	// true
+	// false true true
+}
+
 func ExampleSemaphore_TryAcquire() {
 	ctx := context.Background()
 	c := prim.New(exampleClient)

@@ -23,7 +23,9 @@ type RateLimiter interface {
 	// Allow makes one atomic decision for n permits on the server.
 	Allow(ctx context.Context, n int64) (Decision, error)
 	// Wait queues locally until n permits are granted, ctx ends or the limiter
-	// is closed.
+	// is closed; a request the queue has no room for is refused at once (for
+	// prim's limiters, the queue's default and WithQueue(0, …), which never
+	// queues: see [WithQueue]).
 	Wait(ctx context.Context, n int64) (Decision, error)
 	// Stats reports this limiter's local statistics.
 	Stats() LimiterStats
@@ -107,17 +109,32 @@ func (o QueueOrder) String() string {
 type LimiterOption func(*limiterConfig)
 
 // WithQueue sets the local queue of Wait: at most limit permits wait at once,
-// a request for zero permits taking the room of one (default 0: Wait does not
-// queue, it answers at once as Allow does, with ErrQueueFull when the request
-// is refused), served in the given order.
+// a request for zero permits taking the room of one, served in the given
+// order.
+//
+// Without WithQueue a limiter's queue holds as many permits as the limiter's
+// limit (permits per window, or the bucket's size), served [OldestFirst]: Wait
+// waits, as Go callers expect from golang.org/x/time/rate, and any request
+// that can ever be granted finds room when the queue is empty; the wait is
+// bounded by the caller's context. This is the one place the default is
+// stated.
+//
+// WithQueue(0, OldestFirst) is the behaviour of the reference this package
+// follows (whose queue limit defaults to zero): Wait does not queue, it
+// answers at once as Allow does, with ErrQueueFull when the request is
+// refused. prim departs from that default on purpose, since a Go Wait that
+// returns before its context ends without waiting surprises its callers.
 func WithQueue(limit int64, order QueueOrder) LimiterOption {
-	return func(c *limiterConfig) { c.queueLimit, c.order = limit, order }
+	return func(c *limiterConfig) { c.queueLimit, c.order, c.queueSet = limit, order, true }
 }
 
 // limiterConfig is what the options set.
 type limiterConfig struct {
 	queueLimit int64
 	order      QueueOrder
+	// queueSet: WithQueue was given; otherwise the queue is the default (the
+	// limiter's limit, OldestFirst).
+	queueSet bool
 }
 
 // Algorithm names a rate-limiting algorithm.
@@ -146,8 +163,8 @@ var (
 var ErrLimiterClosed = errors.New("prim: rate limiter closed")
 
 // ErrQueueFull is returned by Wait when the request is refused and the local
-// queue has no room for it (or, with NewestFirst, when newer requests pushed
-// it out).
+// queue has no room for it (always with WithQueue(0, …)), or, with
+// NewestFirst, when newer requests pushed it out.
 var ErrQueueFull = errors.New("prim: rate limiter queue full")
 
 // ErrLimiterState reports that the limiter's key holds a value this limiter
@@ -208,6 +225,9 @@ func (f *RateLimiters) newLimiter(key string, algo Algorithm, limit int64, windo
 	var cfg limiterConfig
 	for _, o := range opts {
 		o(&cfg)
+	}
+	if !cfg.queueSet {
+		cfg.queueLimit, cfg.order = limit, OldestFirst // WithQueue's default
 	}
 	if cfg.queueLimit < 0 || (cfg.order != OldestFirst && cfg.order != NewestFirst) {
 		return nil, invalid(ErrInvalidQueue, fmt.Sprintf("limit %d, order %v", cfg.queueLimit, cfg.order))

@@ -108,14 +108,14 @@ func (l *Limiter) finish(w *limitWaiter, d Decision, err error) {
 
 // Wait is Allow that queues. If the local queue is empty it makes one
 // decision, and returns it if granted. A refused request waits in the queue
-// when the permits already queued plus n fit the queue limit (WithQueue; a
-// request for zero permits takes the room of one, so with no queue it is
-// refused with ErrQueueFull like any other);
+// when the permits already queued plus n fit the queue limit (by default the
+// limiter's limit, see [WithQueue]; a request for zero permits takes the room
+// of one, so with no queue it is refused with ErrQueueFull like any other);
 // otherwise, with OldestFirst, it is refused with ErrQueueFull, and with
 // NewestFirst the oldest queued requests are pushed out to make room (their
 // Wait ends with ErrQueueFull; a request whose decision is in flight cannot be
 // pushed out, and if the room is still short the newcomer gets ErrQueueFull).
-// With a queue limit of zero (the default) Wait returns the refused Decision
+// With WithQueue(0, …) Wait never queues: it returns the refused Decision
 // with ErrQueueFull. A request that arrives while others are queued joins the
 // queue without trying first.
 //

@@ -262,7 +262,7 @@ func TestWaitQueueLimit(t *testing.T) {
 			})
 		}
 		t.Run("no-queue", func(t *testing.T) {
-			l := queueLimiter(t, c, AlgoFixedWindow, "limit:none", 5*time.Second)
+			l := queueLimiter(t, c, AlgoFixedWindow, "limit:none", 5*time.Second, WithQueue(0, OldestFirst))
 			exhaust(t, l)
 			d, err := l.Wait(context.Background(), 1)
 			if !errors.Is(err, ErrQueueFull) || d.Allowed || !d.HasRetryAfter || d.RetryAfter <= 0 || d.RetryAfter > 6*time.Second {
@@ -275,7 +275,7 @@ func TestWaitQueueLimit(t *testing.T) {
 		// n == 0 takes a queue slot too: without a queue it is refused at
 		// once, and a queue of 1 holds one request of any n.
 		t.Run("zero/no-queue", func(t *testing.T) {
-			l := queueLimiter(t, c, AlgoFixedWindow, "limit:zero:none", 5*time.Second)
+			l := queueLimiter(t, c, AlgoFixedWindow, "limit:zero:none", 5*time.Second, WithQueue(0, OldestFirst))
 			exhaust(t, l)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()

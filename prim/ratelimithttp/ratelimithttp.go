@@ -91,8 +91,9 @@ type config struct {
 // flight (Redis did not answer in time: prim.ErrUncertain) is an outage, not
 // a refusal: 503, or passed on with WithFailOpen. The wait is
 // bounded by the request's context and, when maxWait > 0, by maxWait. The
-// limiter's queue must be configured by the factory (prim.WithQueue): without
-// one Wait refuses at once.
+// queue is the limiter's own, set by the factory: prim's limiters queue by
+// default (see prim.WithQueue for the default size and order), and a limiter
+// made with prim.WithQueue(0, …) refuses at once, WithWait or not.
 func WithWait(maxWait time.Duration) Option {
 	return func(c *config) { c.wait, c.maxWait = true, maxWait }
 }

@@ -1,6 +1,7 @@
 package servertest_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -95,6 +96,121 @@ func TestWaitRidesOutRefusedLink(t *testing.T) {
 					}
 				case <-time.After(10 * time.Second):
 					t.Fatal("not granted within 10s of the heal")
+				}
+			})
+		}
+	})
+}
+
+// defaultLimiter makes a limiter of algo granting one permit per period
+// (bucket: one token, one more per period), with opts and nothing else.
+func defaultLimiter(t *testing.T, rl *prim.RateLimiters, algo prim.Algorithm, key string, limit int64, period time.Duration, opts ...prim.LimiterOption) *prim.Limiter {
+	t.Helper()
+	var l *prim.Limiter
+	var err error
+	switch algo {
+	case prim.AlgoFixedWindow:
+		l, err = rl.FixedWindow(key, limit, period, opts...)
+	case prim.AlgoSlidingWindow:
+		l, err = rl.SlidingWindow(key, limit, period, 2, opts...)
+	case prim.AlgoTokenBucket:
+		l, err = rl.TokenBucket(key, limit, 1, period, opts...)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// TestWaitQueuesByDefault (issue 32, item 7): a limiter made without
+// WithQueue waits in Wait, as x/time/rate's Wait does, the README and the
+// RateLimiter interface say: with its permits taken, Wait is granted when one
+// frees within the caller's context, not refused. Its queue holds the
+// limiter's limit in permits, oldest first: a request beyond that is refused
+// at once with ErrQueueFull and pushes out no one. WithQueue(0, …) keeps the
+// reference's no-queue behaviour: the refusal at once, with its RetryAfter and
+// ErrQueueFull. go-redis's default client options throughout.
+//
+// Time bounds: a permit frees 2s after it was taken (the sliding window's up
+// to one 1s segment later); 30s (the caller's context) is a wait any user
+// would call hung. "At once" is within 10s on a one-minute window: a refusal
+// that waited for the window would take a minute.
+func TestWaitQueuesByDefault(t *testing.T) {
+	forEachBuild(t, func(t *testing.T, e *env) {
+		c, _ := e.client(t)
+		rl := prim.New(c).RateLimiters()
+		for _, algo := range []prim.Algorithm{prim.AlgoFixedWindow, prim.AlgoSlidingWindow, prim.AlgoTokenBucket} {
+			t.Run("waits/"+string(algo), func(t *testing.T) {
+				ctx := ctxT(t, 30*time.Second)
+				l := defaultLimiter(t, rl, algo, e.k("waits:"+string(algo)), 1, 2*time.Second)
+				if d, err := l.Allow(ctx, 1); err != nil || !d.Allowed {
+					t.Fatalf("first: %+v %v", d, err)
+				}
+				start := time.Now()
+				d, err := l.Wait(ctx, 1)
+				if err != nil || !d.Allowed {
+					t.Fatalf("Wait on a default limiter with its permit taken: %+v, %v after %v; want granted when the permit frees (2s)", d, err, time.Since(start))
+				}
+				if st := l.Stats(); st.Granted != 2 || st.Rejected != 0 || st.QueuedPermits != 0 {
+					t.Fatalf("stats %+v", st)
+				}
+			})
+		}
+		t.Run("queue-holds-the-limit", func(t *testing.T) {
+			ctx := ctxT(t, 30*time.Second)
+			l := defaultLimiter(t, rl, prim.AlgoFixedWindow, e.k("bound"), 2, time.Minute)
+			if d, err := l.Allow(ctx, 2); err != nil || !d.Allowed {
+				t.Fatalf("first: %+v %v", d, err)
+			}
+			errs := make(chan error, 2)
+			for range 2 {
+				go func() {
+					_, err := l.Wait(ctx, 1)
+					errs <- err
+				}()
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for l.Stats().QueuedPermits != 2 {
+				if time.Now().After(deadline) {
+					t.Fatalf("two Wait(1) not queued within 10s on a default limiter of limit 2: %+v", l.Stats())
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			start := time.Now()
+			d, err := l.Wait(ctx, 1)
+			if !errors.Is(err, prim.ErrQueueFull) || d.Allowed || time.Since(start) > 10*time.Second {
+				t.Fatalf("a third Wait(1) beyond the default queue (the limit, 2): %+v, %v after %v; want ErrQueueFull at once", d, err, time.Since(start))
+			}
+			if st := l.Stats(); st.QueuedPermits != 2 || st.Rejected != 1 {
+				t.Fatalf("the refusal pushed out a queued request (default order is oldest first): %+v", st)
+			}
+			l.Close()
+			for range 2 {
+				select {
+				case err := <-errs:
+					if !errors.Is(err, prim.ErrLimiterClosed) {
+						t.Fatalf("queued Wait after Close: %v", err)
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatal("a queued Wait did not end within 10s of Close")
+				}
+			}
+		})
+		for _, algo := range []prim.Algorithm{prim.AlgoFixedWindow, prim.AlgoSlidingWindow, prim.AlgoTokenBucket} {
+			t.Run("no-queue/"+string(algo), func(t *testing.T) {
+				ctx := ctxT(t, 30*time.Second)
+				l := defaultLimiter(t, rl, algo, e.k("none:"+string(algo)), 1, time.Minute, prim.WithQueue(0, prim.OldestFirst))
+				if d, err := l.Allow(ctx, 1); err != nil || !d.Allowed {
+					t.Fatalf("first: %+v %v", d, err)
+				}
+				start := time.Now()
+				d, err := l.Wait(ctx, 1)
+				if !errors.Is(err, prim.ErrQueueFull) || d.Allowed || !d.HasRetryAfter || d.RetryAfter <= 0 || time.Since(start) > 10*time.Second {
+					t.Fatalf("Wait with WithQueue(0, …): %+v, %v after %v; want the refusal at once, with its RetryAfter, and ErrQueueFull", d, err, time.Since(start))
+				}
+				if st := l.Stats(); st.Granted != 1 || st.Rejected != 1 || st.QueuedPermits != 0 {
+					t.Fatalf("stats %+v", st)
 				}
 			})
 		}
