@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"slices"
@@ -228,19 +229,61 @@ func checkPreflight(t *testing.T, o preflight.Options, topology string) {
 	}
 }
 
+// freePorts returns n distinct TCP ports of 127.0.0.1 that were free a moment
+// ago (held open together, so distinct, and closed again for compose to
+// publish), each at most highest, and the compose variables that set them:
+// names[i]=port. The topologies run on these, not on the files' defaults, so a
+// user's own stack on the default ports and the tests run side by side.
+func freePorts(t *testing.T, highest int, names ...string) ([]int, []string) {
+	t.Helper()
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var ports []int
+	var env []string
+	for tries := 0; len(ports) < len(names); tries++ {
+		if tries > 1000 {
+			t.Fatalf("no %d free ports at most %d on 127.0.0.1", len(names), highest)
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+		if port := l.Addr().(*net.TCPAddr).Port; port <= highest {
+			env = append(env, fmt.Sprintf("%s=%d", names[len(ports)], port))
+			ports = append(ports, port)
+		}
+	}
+	return ports, env
+}
+
+// addrs are ports' 127.0.0.1 addresses.
+func addrs(ports ...int) []string {
+	var a []string
+	for _, p := range ports {
+		a = append(a, fmt.Sprintf("127.0.0.1:%d", p))
+	}
+	return a
+}
+
 // TestComposeTopologies brings every compose file up with the local images,
-// at once (their ports differ): standalone once per build of the matrix, the
-// others once each, spread over the matrix's builds.
+// at once, every host port on a free port through the files' variables (not
+// the defaults, which a user's own stack may hold): standalone once per build
+// of the matrix, the others once each, spread over the matrix's builds.
 func TestComposeTopologies(t *testing.T) {
 	builds := engine(t)
 	pick := func(i int) string { return imageOf(builds[i%len(builds)]) }
 
-	for i, b := range builds {
+	for _, b := range builds {
 		t.Run("standalone/"+b, func(t *testing.T) {
 			t.Parallel()
-			port := 16379 + i
-			p := up(t, "standalone.yml", imageOf(b), fmt.Sprintf("STANDALONE_PORT=%d", port))
-			addr := fmt.Sprintf("127.0.0.1:%d", port)
+			ports, env := freePorts(t, 65535, "STANDALONE_PORT")
+			p := up(t, "standalone.yml", imageOf(b), env...)
+			addr := addrs(ports...)[0]
 			client := redis.NewClient(&redis.Options{Addr: addr})
 			defer client.Close()
 			p.eventually("PING", func(ctx context.Context) error { return client.Ping(ctx).Err() })
@@ -257,8 +300,10 @@ func TestComposeTopologies(t *testing.T) {
 
 	t.Run("sentinel", func(t *testing.T) {
 		t.Parallel()
-		p := up(t, "sentinel.yml", pick(1))
-		sentinels := []string{"127.0.0.1:26380", "127.0.0.1:26381", "127.0.0.1:26382"}
+		ports, env := freePorts(t, 65535, "SENTINEL_PRIMARY_PORT", "SENTINEL_REPLICA1_PORT", "SENTINEL_REPLICA2_PORT",
+			"SENTINEL1_PORT", "SENTINEL2_PORT", "SENTINEL3_PORT")
+		p := up(t, "sentinel.yml", pick(1), env...)
+		sentinels := addrs(ports[3:]...)
 		for _, s := range sentinels {
 			sc := redis.NewSentinelClient(&redis.Options{Addr: s})
 			defer sc.Close()
@@ -267,8 +312,8 @@ func TestComposeTopologies(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				if len(addr) != 2 || addr[0] != "127.0.0.1" || addr[1] != "6380" {
-					return fmt.Errorf("get-master-addr-by-name: %v, want 127.0.0.1 6380", addr)
+				if len(addr) != 2 || addr[0] != "127.0.0.1" || addr[1] != fmt.Sprint(ports[0]) {
+					return fmt.Errorf("get-master-addr-by-name: %v, want 127.0.0.1 %d", addr, ports[0])
 				}
 				replicas, err := sc.Replicas(ctx, "mymaster").Result()
 				if err != nil {
@@ -290,8 +335,12 @@ func TestComposeTopologies(t *testing.T) {
 
 	t.Run("cluster", func(t *testing.T) {
 		t.Parallel()
-		p := up(t, "cluster.yml", pick(2))
-		for port := 7001; port <= 7006; port++ {
+		// A node's cluster bus is its port + 10000, in the nodes' shared
+		// network namespace (not published).
+		ports, env := freePorts(t, 65535-10000, "CLUSTER_NODE1_PORT", "CLUSTER_NODE2_PORT", "CLUSTER_NODE3_PORT",
+			"CLUSTER_NODE4_PORT", "CLUSTER_NODE5_PORT", "CLUSTER_NODE6_PORT")
+		p := up(t, "cluster.yml", pick(2), env...)
+		for _, port := range ports {
 			node := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port)})
 			defer node.Close()
 			p.eventually(fmt.Sprintf("cluster_state:ok on :%d", port), func(ctx context.Context) error {
@@ -305,7 +354,7 @@ func TestComposeTopologies(t *testing.T) {
 				return nil
 			})
 		}
-		client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:7001"}})
+		client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs(ports[0])})
 		defer client.Close()
 		// The replicas' roles reach every node by gossip, after cluster_state:ok.
 		p.eventually("three shards of a primary and a replica each, at host addresses", func(ctx context.Context) error {
@@ -321,7 +370,7 @@ func TestComposeTopologies(t *testing.T) {
 					return fmt.Errorf("shard %v has %d nodes, want 2: %v", s.Slots, len(s.Nodes), s.Nodes)
 				}
 				for _, n := range s.Nodes {
-					if n.Endpoint != "127.0.0.1" || n.Port < 7001 || n.Port > 7006 {
+					if n.Endpoint != "127.0.0.1" || !slices.Contains(ports, int(n.Port)) {
 						return fmt.Errorf("shard %v announces %s:%d, not reachable from the host", s.Slots, n.Endpoint, n.Port)
 					}
 				}
@@ -333,15 +382,16 @@ func TestComposeTopologies(t *testing.T) {
 		for _, name := range []string{"a", "b", "c", "d"} {
 			p.eventually("a fenced lock on the cluster ("+name+")", func(ctx context.Context) error { return fencedLock(ctx, client, name) })
 		}
-		external(t, &scenarios.External{Addrs: []string{"127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"}, Cluster: true})
-		checkPreflight(t, preflight.Options{Addrs: []string{"127.0.0.1:7001"}, Cluster: true}, "cluster")
+		external(t, &scenarios.External{Addrs: addrs(ports[:3]...), Cluster: true})
+		checkPreflight(t, preflight.Options{Addrs: addrs(ports[0]), Cluster: true}, "cluster")
 	})
 
 	t.Run("redlock", func(t *testing.T) {
 		t.Parallel()
-		p := up(t, "redlock.yml", pick(3))
+		ports, env := freePorts(t, 65535, "REDLOCK_NODE1_PORT", "REDLOCK_NODE2_PORT", "REDLOCK_NODE3_PORT")
+		p := up(t, "redlock.yml", pick(3), env...)
 		var ids []string
-		for port := 6391; port <= 6393; port++ {
+		for _, port := range ports {
 			node := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port)})
 			defer node.Close()
 			p.eventually(fmt.Sprintf("PING :%d", port), func(ctx context.Context) error { return node.Ping(ctx).Err() })
