@@ -16,7 +16,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/coordtorture/coordtorture/internal/tlsopt"
@@ -107,8 +106,8 @@ Flags:
 const listUsage = `Usage: coordtorture list [PATTERN…]
 
 Lists the scenarios the patterns select (default: all of them): their topology,
-the properties checked (each must hold, or may show the hazard the scenario is
-about) and what they do. PATTERN as for run. No flags.
+what they do and the properties checked (each must hold, or may show the hazard
+the scenario is about), within 120 columns. PATTERN as for run. No flags.
 `
 
 // Flag groups: which command takes which flag.
@@ -314,20 +313,7 @@ func list(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "coordtorture list:", err)
 		return 2
 	}
-	tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCENARIO\tTOPOLOGY\tPROPERTIES\tDESCRIPTION")
-	for _, s := range ss {
-		var ps []string
-		for _, p := range s.Properties {
-			mark := "must hold"
-			if p.Expect == scenarios.MayHazard {
-				mark = "may show hazard"
-			}
-			ps = append(ps, p.Checker+" ("+mark+")")
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", s.Name, s.Topo, strings.Join(ps, ", "), s.Summary)
-	}
-	tw.Flush()
+	writeList(stdout, ss)
 	return 0
 }
 
