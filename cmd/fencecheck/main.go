@@ -10,8 +10,11 @@
 // judges them as coordtorture does (models.Judge), prints one verdict line
 // per property, and exits as coordtorture: 0 when everything passed or showed
 // its documented hazard, 1 when a property was violated, 2 when a check was
-// undecided or an input was unreadable. Run fencecheck --help for the flags
-// and the checkers.
+// undecided or an input was unreadable. Several files end with one overall
+// line: the worst file's verdict, or for the histories of one run
+// (RUN/histories/) the run's rule (only prim's verdicts when prim ran beside
+// peers or mutants), which sets the exit status. Run fencecheck --help for
+// the flags and the checkers.
 package main
 
 import "os"

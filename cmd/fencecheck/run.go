@@ -15,10 +15,9 @@ import (
 	"github.com/coordtorture/coordtorture/models"
 )
 
-// Exit statuses.
+// Exit statuses (a verdict's is models.Judgement.ExitStatus; FAIL is 1).
 const (
 	exitPass    = 0
-	exitFail    = 1
 	exitUnknown = 2
 )
 
@@ -82,8 +81,16 @@ type resultReport struct {
 }
 
 type report struct {
-	Exit  int          `json:"exit"`
-	Files []fileReport `json:"files"`
+	Exit int `json:"exit"`
+	// Overall is the inputs' one verdict (Exit is its exit status): the
+	// worst file's, or for one run's histories the run's rule (Run, the run
+	// directory; OverallFrom, the implementations whose verdicts decide;
+	// Comparison, the others with their verdicts).
+	Overall     models.Judgement `json:"overall"`
+	Run         string           `json:"run,omitempty"`
+	OverallFrom []string         `json:"overall_from,omitempty"`
+	Comparison  []string         `json:"comparison,omitempty"`
+	Files       []fileReport     `json:"files"`
 }
 
 type config struct {
@@ -139,17 +146,20 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		files = []string{"-"}
 	}
 	rep := report{Exit: exitPass}
-	worst := exitPass
 	written := make(map[string]bool)
 	for _, name := range files {
 		fr := checkFile(name, stdin, cfg, written, stderr)
 		rep.Files = append(rep.Files, fr)
-		worst = combine(worst, fileExit(fr))
 		if !cfg.json {
 			printText(stdout, fr)
 		}
 	}
-	rep.Exit = worst
+	o := decideOverall(files, rep.Files)
+	rep.Overall, rep.Run, rep.OverallFrom, rep.Comparison = o.Verdict, o.Run, o.From, o.Comparison
+	rep.Exit = o.Verdict.ExitStatus()
+	if !cfg.json && len(files) > 1 {
+		printOverall(stdout, o)
+	}
 	if cfg.json {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -158,24 +168,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			return exitUnknown
 		}
 	}
-	return worst
-}
-
-// combine: a violation dominates, then undecided/unreadable, then pass.
-func combine(a, b int) int {
-	if a == exitFail || b == exitFail {
-		return exitFail
-	}
-	return max(a, b)
-}
-
-// fileExit is coordtorture's exit status for the file's verdict: HAZARD
-// passes (a documented hazard shown with proof), FAIL is 1, UNKNOWN 2.
-func fileExit(fr fileReport) int {
-	if fr.Error != "" || len(fr.Results) == 0 {
-		return exitUnknown
-	}
-	return fr.Verdict.ExitStatus()
+	return rep.Exit
 }
 
 func displayName(name string) string {
@@ -444,6 +437,12 @@ documented hazard (HAZARD); 1 a property was violated (FAIL); 2 a check was
 undecided (porcupine timeout, missing information, a fault that did not
 happen), no checker applied, or an input was unreadable or malformed. A
 violation wins over the others.
+
+Several files end with one overall line, whose verdict sets the exit status:
+the worst file's, or, for the histories of one run (files of one run
+directory's histories/, as coordtorture writes them), the run's rule: only
+prim's verdicts when prim ran beside peers or mutants (theirs are shown for
+comparison), or the implementations the run's report.json names.
 
 %s
 Checkers (--check a,b; default: the header's, else those whose operations appear in the history):

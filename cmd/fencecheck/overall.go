@@ -1,0 +1,134 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/coordtorture/coordtorture/models"
+)
+
+// overall is the one verdict of all the inputs, the one that sets the exit
+// status.
+type overall struct {
+	Verdict models.Judgement
+	// Run is the run directory when the inputs are the histories of one
+	// run ("" otherwise).
+	Run string
+	// From are the implementations whose verdicts decide, for one run's
+	// histories; Comparison the others, with their verdicts.
+	From       []string
+	Comparison []string
+	files      int
+}
+
+// fileJudgement is a file's verdict for the overall one: UNKNOWN when it
+// could not be checked.
+func fileJudgement(fr fileReport) models.Judgement {
+	if fr.Error != "" || len(fr.Results) == 0 {
+		return models.JudgedUnknown
+	}
+	return fr.Verdict
+}
+
+// runDirOf returns the run directory the named inputs all lie in, as
+// coordtorture writes them (RUN/histories/*.jsonl.gz), or "" when they are
+// not one run's (standard input, or another layout).
+func runDirOf(names []string) string {
+	dir := ""
+	for _, name := range names {
+		if name == "-" {
+			return ""
+		}
+		abs, err := filepath.Abs(name)
+		if err != nil {
+			return ""
+		}
+		hist := filepath.Dir(abs)
+		if filepath.Base(hist) != "histories" || (dir != "" && filepath.Dir(hist) != dir) {
+			return ""
+		}
+		dir = filepath.Dir(hist)
+	}
+	return dir
+}
+
+// decideOverall computes the inputs' one verdict. Inputs of no one run: the
+// worst of them (models.Overall). One run's histories: the run's rule, as
+// coordtorture states it — the implementations its report.json names
+// ("overall_from"; "interrupted" makes it UNKNOWN at best), else prim alone
+// when prim ran beside others (the peers and mutants are a comparison), else
+// every implementation. A file whose header could not be read counts, as
+// UNKNOWN, whatever its implementation; when none of the files is of a
+// deciding implementation, every file decides.
+func decideOverall(names []string, files []fileReport) overall {
+	o := overall{files: len(files)}
+	var js []models.Judgement
+	for _, fr := range files {
+		js = append(js, fileJudgement(fr))
+	}
+	o.Run = runDirOf(names)
+	if o.Run == "" {
+		o.Verdict = models.Overall(js...)
+		return o
+	}
+	var impls []string
+	for _, fr := range files {
+		if fr.Header != nil && !slices.Contains(impls, fr.Header.Impl) {
+			impls = append(impls, fr.Header.Impl)
+		}
+	}
+	var stated struct {
+		OverallFrom []string `json:"overall_from"`
+		Interrupted bool     `json:"interrupted"`
+	}
+	if b, err := os.ReadFile(filepath.Join(o.Run, "report.json")); err == nil {
+		_ = json.Unmarshal(b, &stated) // unreadable: the rule from the headers
+	}
+	switch {
+	case stated.OverallFrom != nil:
+		o.From = stated.OverallFrom
+	case len(impls) > 1 && slices.Contains(impls, "prim"):
+		o.From = []string{"prim"}
+	default:
+		o.From = impls
+	}
+	var deciding []models.Judgement
+	if stated.Interrupted {
+		deciding = append(deciding, models.JudgedUnknown)
+	}
+	worst := map[string][]models.Judgement{}
+	for i, fr := range files {
+		if fr.Header == nil || slices.Contains(o.From, fr.Header.Impl) {
+			deciding = append(deciding, js[i])
+		} else {
+			worst[fr.Header.Impl] = append(worst[fr.Header.Impl], js[i])
+		}
+	}
+	if len(deciding) == 0 { // only comparison files given: each decides
+		o.From, deciding, worst = impls, js, nil
+	}
+	for _, impl := range impls {
+		if w, ok := worst[impl]; ok {
+			o.Comparison = append(o.Comparison, impl+" "+string(models.Overall(w...)))
+		}
+	}
+	o.Verdict = models.Overall(deciding...)
+	return o
+}
+
+// printOverall writes the overall verdict last, the comparison before it.
+func printOverall(w io.Writer, o overall) {
+	if len(o.Comparison) > 0 {
+		fmt.Fprintf(w, "comparison (does not set the verdict): %s\n", strings.Join(o.Comparison, ", "))
+	}
+	from := fmt.Sprintf("the worst of %d files", o.files)
+	if o.Run != "" {
+		from = fmt.Sprintf("one run's histories, %s: %s's verdicts", o.Run, strings.Join(o.From, ", "))
+	}
+	fmt.Fprintf(w, "overall: %s (%s; exit status %d)\n", o.Verdict, from, o.Verdict.ExitStatus())
+}
