@@ -505,12 +505,7 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 			env.Clients[i].AddHook(ownerHook{})
 		}
 	}
-	events := []Event(nil)
-	if s.Nemesis != nil {
-		events = s.Nemesis(mrand.New(mrand.NewPCG(uint64(cfg.Seed), 0)), cfg.Duration, cfg.TTL)
-		// Schedules built from several parts run in time order.
-		slices.SortStableFunc(events, func(a, b Event) int { return cmp.Compare(a.At, b.At) })
-	}
+	events := s.Schedule(cfg.Seed, cfg.Duration, cfg.TTL)
 	// The nemesis records its events in the history as one more process.
 	nemesisProc := cfg.Clients
 	warmUp(ctx, env)

@@ -11,6 +11,7 @@
 package scenarios
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -100,6 +101,20 @@ type Event struct {
 	// judges the periods it leaves healthy.
 	Kind string
 	Do   func(ctx context.Context, env *Env) error
+}
+
+// Schedule returns the nemesis schedule a run of s with seed, duration d
+// and leases of ttl runs (nil for a scenario without a nemesis), in time
+// order: a function of the three alone, so a replay at the same seed,
+// duration and ttl injects the same faults at the same offsets.
+func (s *Scenario) Schedule(seed int64, d, ttl time.Duration) []Event {
+	if s.Nemesis == nil {
+		return nil
+	}
+	events := s.Nemesis(rand.New(rand.NewPCG(uint64(seed), 0)), d, ttl)
+	// Schedules built from several parts run in time order.
+	slices.SortStableFunc(events, func(a, b Event) int { return cmp.Compare(a.At, b.At) })
+	return events
 }
 
 // Scenario is one named run: topology, workload, nemesis, properties.
