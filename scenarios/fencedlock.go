@@ -438,14 +438,14 @@ func init() {
 		Workload: lockWorkload(0.1, func(ttl time.Duration) time.Duration { return ttl / 10 }),
 		Nemesis: func(r *rand.Rand, d, _ time.Duration) []Event {
 			at := d / 3
-			return []Event{
+			return fitting(d, []Event{
 				{At: at, Name: "cut replication n2↔n1", Kind: models.NemesisFault, Do: func(_ context.Context, e *Env) error { return e.Topo.Partition("n2", "n1") }},
 				// Half a second of increments the replica lacks: enough for a clear
 				// regression, little enough that the counter climbs back past its
 				// old maximum within a short run, so a token is reused.
 				sentinelFailoverAt(at+500*time.Millisecond, "SENTINEL FAILOVER (forced, replica behind)"),
 				{At: at + time.Second, Name: "heal", Kind: models.NemesisHeal, Do: func(_ context.Context, e *Env) error { return e.Topo.HealAll() }},
-			}
+			})
 		},
 		Properties: props("token-order", "exclusion", "fenced-resource"),
 		Check:      models.Options{Drift: 20 * time.Millisecond},

@@ -33,7 +33,7 @@ func clusterForcedFailover(mode string) func(*rand.Rand, time.Duration, time.Dur
 	return func(_ *rand.Rand, d, _ time.Duration) []Event {
 		var p, r *testbed.Node // the slot's primary and replica, chosen by the cut
 		at := d / 3
-		return []Event{
+		return fitting(d, []Event{
 			{At: at, Name: "cut the lock slot's replica from its primary", Kind: models.NemesisFault, Do: func(ctx context.Context, e *Env) error {
 				slot := prim.Slot(lockSlotKey(e))
 				var err error
@@ -67,7 +67,7 @@ func clusterForcedFailover(mode string) func(*rand.Rand, time.Duration, time.Dur
 				failoverLoss(wctx, e, w, p, r, 5*time.Second)
 				return nil
 			}},
-		}
+		})
 	}
 }
 
@@ -77,7 +77,7 @@ func clusterForcedFailover(mode string) func(*rand.Rand, time.Duration, time.Dur
 // taken over (healOnceTaken).
 func promoteBehind(_ *rand.Rand, d, _ time.Duration) []Event {
 	at := d / 3
-	return []Event{
+	return fitting(d, []Event{
 		{At: at, Name: "cut replication n2↔n1", Kind: models.NemesisFault, Do: func(_ context.Context, e *Env) error {
 			return e.Topo.Partition("n2", "n1")
 		}},
@@ -96,7 +96,7 @@ func promoteBehind(_ *rand.Rand, d, _ time.Duration) []Event {
 			failoverLoss(wctx, e, w, old, np, 0)
 			return nil
 		}},
-	}
+	})
 }
 
 // healOnceTaken runs promote (a failover that returns once the topology

@@ -295,11 +295,11 @@ func rateKillRestart(gap, hold time.Duration) func(*rand.Rand, time.Duration, ti
 func rateFailoverForced(behind time.Duration) func(*rand.Rand, time.Duration, time.Duration) []Event {
 	return func(_ *rand.Rand, d, _ time.Duration) []Event {
 		at := d / 4
-		return []Event{
+		return fitting(d, []Event{
 			{At: at, Name: "cut replication n2↔n1", Kind: models.NemesisFault, Do: func(_ context.Context, e *Env) error { return e.Topo.Partition("n2", "n1") }},
 			sentinelFailoverAt(at+behind, fmt.Sprintf("SENTINEL FAILOVER (forced, replica %v behind)", behind)),
 			{At: at + behind + 500*time.Millisecond, Name: "heal", Kind: models.NemesisHeal, Do: func(_ context.Context, e *Env) error { return e.Topo.HealAll() }},
-		}
+		})
 	}
 }
 

@@ -220,6 +220,14 @@ func (c *Config) defaults() {
 	}
 }
 
+// InFlightGrace bounds how long a run's clients go on past its duration
+// while the nemesis finishes the events due within the run (one in flight
+// at the end, or one started late): the schedule ends ScheduleMargin before
+// the end, so only a loaded machine or a slow fault (a restart, a
+// failover's confirmation) makes a run wait, and past this bound the
+// clients stop and an event not done is UNKNOWN with the wait named.
+const InFlightGrace = 10 * time.Second
+
 // PropertyResult is one property's verdict with the checker's result.
 type PropertyResult struct {
 	Property Property      `json:"-"`
@@ -248,6 +256,10 @@ type Outcome struct {
 	Seed     int64         `json:"seed"`
 	Clients  int           `json:"clients"`
 	Duration time.Duration `json:"duration_ns"`
+	// Overran is how long past Duration the clients ran while the nemesis
+	// finished an event due within the run (InFlightGrace at most); zero
+	// when the schedule was done by the end.
+	Overran time.Duration `json:"overran_ns,omitempty"`
 	// TTL is the run's lease duration (--ttl): with the seed and the
 	// duration it fixes the schedule of a scenario whose faults are stated
 	// against the lease, so a replay uses it. Zero in reports written before
@@ -512,8 +524,48 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 
 	start := time.Now()
 	env.Rec = history.NewRecorder(start)
-	wctx, cancel := context.WithTimeout(ctx, cfg.Duration)
-	defer cancel()
+	// The clients stop at the run's end, once the nemesis has done every
+	// event due within the run: an event in flight at the end (a restart,
+	// a failover's confirmation, one a loaded machine started late) ends
+	// first, for InFlightGrace at most (then the clients stop and the
+	// events left are UNKNOWN, the wait named). The schedule keeps
+	// ScheduleMargin before the end, so a run seldom waits.
+	wctx := newRunEnd(ctx, start.Add(cfg.Duration))
+	cancel := func() { wctx.stop(context.DeadlineExceeded) } // the run's end, as a deadline
+	defer wctx.stop(context.Canceled)
+	nemesisDone := make(chan struct{})
+	if len(events) == 0 {
+		close(nemesisDone)
+	}
+	var stopped struct {
+		over   time.Duration // how long the clients waited past the end for the nemesis
+		waited bool          // InFlightGrace ran out with events not done
+	}
+	stopDone := make(chan struct{})
+	go func() { // the run's end
+		defer close(stopDone)
+		end := time.NewTimer(cfg.Duration)
+		defer end.Stop()
+		select {
+		case <-wctx.Done():
+			return
+		case <-end.C:
+		}
+		select {
+		case <-nemesisDone:
+		default: // an event due within the run is not done
+			grace := time.NewTimer(InFlightGrace)
+			defer grace.Stop()
+			select {
+			case <-nemesisDone:
+			case <-wctx.Done():
+			case <-grace.C:
+				stopped.waited = true
+			}
+			stopped.over = time.Since(start) - cfg.Duration
+		}
+		cancel()
+	}()
 	var wg sync.WaitGroup
 	for i := 0; i < cfg.Clients; i++ {
 		wg.Add(1)
@@ -525,13 +577,16 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	wg.Add(1)
 	go func() { // the nemesis
 		defer wg.Done()
+		if len(events) > 0 {
+			defer close(nemesisDone)
+		}
 		for _, ev := range events {
-			// An event due at or after the run's end never runs; one due
-			// within it runs, late if the one before outran its time (a
-			// confirmation the run's end cut short, carried on). Without
-			// this, the select below picked at random between the end and
-			// a timer already due.
-			if ev.At >= cfg.Duration {
+			// An event due at or after the run's end never runs (the
+			// schedule window keeps none there); one due within it runs,
+			// late if the one before outran its time, while the clients
+			// wait for it — unless they were stopped: the run was
+			// interrupted, or InFlightGrace ran out.
+			if ev.At >= cfg.Duration || wctx.Err() != nil {
 				return
 			}
 			if d := time.Until(start.Add(ev.At)); d > 0 {
@@ -612,6 +667,11 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 		}()
 	}
 	wg.Wait()
+	cancel() // the workload may all have returned before the end
+	<-stopDone
+	if stopped.over > 0 {
+		cfg.Logf("the clients ran %v past the run's end while the nemesis finished its schedule", stopped.over.Round(time.Millisecond))
+	}
 	env.closeCoordinators()
 	if c, ok := sem.(interface{ close() }); ok {
 		defer c.close()
@@ -655,7 +715,7 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	}
 
 	out := &Outcome{Scenario: s.Name, Build: buildName, Impl: impl.Name(), Seed: cfg.Seed,
-		Clients: cfg.Clients, Duration: cfg.Duration, TTL: cfg.TTL, Events: log, Records: env.Rec.Records(),
+		Clients: cfg.Clients, Duration: cfg.Duration, Overran: stopped.over, TTL: cfg.TTL, Events: log, Records: env.Rec.Records(),
 		Provider: provider, Target: target, Transport: transport, Counters: counters}
 	h := env.Rec.History()
 	out.Ops = len(h.Ops)
@@ -719,12 +779,19 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 			failed = append(failed, fmt.Sprintf("nemesis event %q at %v failed: %s", ev.Name, ev.At.Round(time.Millisecond), firstLine(ev.Err)))
 		}
 	}
-	// So does one that was scheduled but never ran (the run ended first), and
-	// a scenario about a fault whose run scheduled none.
+	// So does one that was scheduled but never ran: the run was
+	// interrupted, or an event before it was still running InFlightGrace
+	// after the run's end (the run waits that long for its schedule); and a
+	// scenario about a fault whose run scheduled none.
 	if len(log) < len(events) {
+		why := fmt.Sprintf("the run (%v) was interrupted first", cfg.Duration)
+		if stopped.waited {
+			why = fmt.Sprintf("the events before it were still running %v after the run's end (%v), the longest a run waits for its schedule",
+				InFlightGrace, cfg.Duration)
+		}
 		for _, ev := range events[len(log):] {
-			failed = append(failed, fmt.Sprintf("nemesis event %q scheduled at %v did not happen: the run (%v) ended first",
-				ev.Name, ev.At.Round(time.Millisecond), cfg.Duration))
+			failed = append(failed, fmt.Sprintf("nemesis event %q scheduled at %v did not happen: %s",
+				ev.Name, ev.At.Round(time.Millisecond), why))
 		}
 	}
 	if s.Nemesis != nil && len(events) == 0 {
@@ -895,3 +962,56 @@ func warmUp(ctx context.Context, env *Env) {
 	}
 	wg.Wait()
 }
+
+// runEnd is the clients' and the nemesis's context: it ends at the run's
+// end (once the nemesis has done the events due within it, see Run) and then
+// reads as a deadline, as a context.WithTimeout of the run's duration did
+// before the run waited for its schedule: Err (and a child's) is
+// context.DeadlineExceeded, not context.Canceled, so a workload that records
+// a wait cut by the end as "nothing happened" (DeadlineExceeded and not
+// uncertain) still does, and Deadline is the run's nominal end (the sampler
+// spaces its samples by it). Interrupted from outside (the parent's end), it
+// reads as the parent did. Its Done channel is its own, so children made
+// with context.WithTimeout take their error from its Err.
+type runEnd struct {
+	parent context.Context
+	end    time.Time
+	done   chan struct{}
+	once   sync.Once
+	mu     sync.Mutex
+	err    error
+	unhook func() bool
+}
+
+func newRunEnd(parent context.Context, end time.Time) *runEnd {
+	c := &runEnd{parent: parent, end: end, done: make(chan struct{})}
+	c.unhook = context.AfterFunc(parent, func() { c.stop(parent.Err()) })
+	return c
+}
+
+// stop ends the context with err (the first call wins).
+func (c *runEnd) stop(err error) {
+	c.once.Do(func() {
+		c.mu.Lock()
+		c.err = err
+		c.mu.Unlock()
+		close(c.done)
+		c.unhook()
+	})
+}
+
+// Deadline implements context.Context: the run's nominal end.
+func (c *runEnd) Deadline() (time.Time, bool) { return c.end, true }
+
+// Done implements context.Context.
+func (c *runEnd) Done() <-chan struct{} { return c.done }
+
+// Err implements context.Context.
+func (c *runEnd) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// Value implements context.Context.
+func (c *runEnd) Value(key any) any { return c.parent.Value(key) }

@@ -106,12 +106,15 @@ type Event struct {
 // Schedule returns the nemesis schedule a run of s with seed, duration d
 // and leases of ttl runs (nil for a scenario without a nemesis), in time
 // order: a function of the three alone, so a replay at the same seed,
-// duration and ttl injects the same faults at the same offsets.
+// duration and ttl injects the same faults at the same offsets. It is
+// Nemesis over the run's schedule window: every event, the last heal
+// included, is due ScheduleMargin(d) or more before the run's end.
 func (s *Scenario) Schedule(seed int64, d, ttl time.Duration) []Event {
 	if s.Nemesis == nil {
 		return nil
 	}
-	events := s.Nemesis(rand.New(rand.NewPCG(uint64(seed), 0)), d, ttl)
+	// The schedule fills the run less its end margin (ScheduleMargin).
+	events := s.Nemesis(rand.New(rand.NewPCG(uint64(seed), 0)), scheduleWindow(d), ttl)
 	// Schedules built from several parts run in time order.
 	slices.SortStableFunc(events, func(a, b Event) int { return cmp.Compare(a.At, b.At) })
 	return events
@@ -124,14 +127,19 @@ type Scenario struct {
 	Topo    Topology
 	// Workload runs one client process until ctx ends.
 	Workload func(ctx context.Context, env *Env, proc int)
-	// Nemesis returns the fault schedule for a run of duration d with
-	// leases of ttl (--ttl): a fault whose summary is stated against the
-	// lease (a restart more than a ttl after the kill, a pause longer than a
-	// lease) is timed from ttl, not from d alone.
+	// Nemesis returns the fault schedule for a schedule window of d with
+	// leases of ttl (--ttl): every event, the last heal included, is due
+	// before d. d is the run's duration less its end margin
+	// (ScheduleMargin: 500ms of a 5s run), so that the run never ends
+	// before its own schedule (Schedule is what a run injects). A fault
+	// whose summary is stated against the lease (a restart more than a ttl
+	// after the kill, a pause longer than a lease) is timed from ttl, not
+	// from d alone.
 	Nemesis func(r *rand.Rand, d, ttl time.Duration) []Event
 	// Needs, when set, says what a run of duration d with leases of ttl
 	// lacks for the scenario to do what its summary states against the ttl
-	// (see needDuration): "" when it has it, else the reason, naming the
+	// (see needDuration, and needScheduled for what the schedule window
+	// must fit): "" when it has it, else the reason, naming the
 	// --duration (or --ttl) that would do. Such a run starts nothing and is
 	// UNKNOWN with that reason, never a PASS or a FAIL.
 	Needs func(d, ttl time.Duration) string

@@ -168,14 +168,14 @@ func init() {
 			"renew and verify some, and release them. Never more than %d live permits; nothing left after the TTLs.", semCapacity, semCapacity),
 		Topo: standalone, Properties: semProps(false)})
 	semScenario(&Scenario{Name: "partition-client",
-		Summary: "one client at a time is cut off (silently) from the server for 5s and healed (a run needs 6s for " +
-			"one cut): acquisitions, renewals and releases time out (unknown outcome; prim fences an uncertain " +
+		Summary: "one client at a time is cut off (silently) from the server for 5s and healed (a run needs 6.2s for " +
+			"one cut, a shorter one is UNKNOWN): acquisitions, renewals and releases time out (unknown outcome; prim fences an uncertain " +
 			"acquisition and releases it by its owner token; a failed release is followed by Close). A release and " +
 			"its owner-token follow-up, Close and the clean-up's one attempt in its window (0.5s in a run), a second " +
 			"each, fit in a cut, so background clean-ups give up: the run reports them (prim.cleanup.abandoned). " +
 			"Never more than capacity.",
 		Topo: standalone, Properties: semProps(false),
-		Nemesis: semPartitionClients})
+		Nemesis: semPartitionClients, Needs: semPartitionNeeds})
 	semScenario(&Scenario{Name: "pause-client",
 		Summary: "holders stop for 1.5× the TTL while they hold a permit (a GC pause): the permit expires and another " +
 			"process takes it. The paused holder stops using a permit whose lease may have run out (it only releases " +
@@ -217,16 +217,16 @@ func init() {
 
 // semPartitionClients cuts one client (a holder, when one holds a permit)
 // off from n1 for 5s, from 0.5s in and then after 1–1.5s healed each time
-// (a run needs 6s for one cut):
+// (a run needs 6.2s for one cut, its schedule window 5.58s):
 // long enough for a release cut at its start to fail (its second), prim's
 // owner-token follow-up inside it to fail (another second), Close to fail
 // (a third) and the background clean-up's one attempt in its window
 // (semCleanupWindow; each attempt is bounded to a second) to give up, and
 // for an acquisition cut at its start to time out and its fence to give up.
 func semPartitionClients(r *rand.Rand, d, _ time.Duration) []Event {
-	const hold = 5 * time.Second
+	const hold = semCutHold
 	var evs []Event
-	for at := 500 * time.Millisecond; at+hold < d; at += hold + time.Second + time.Duration(r.Int64N(int64(time.Second/2))) {
+	for at := semCutAt; at+hold < d; at += hold + time.Second + time.Duration(r.Int64N(int64(time.Second/2))) {
 		evs = append(evs,
 			Event{At: at, Name: "partition a client", Kind: models.NemesisFault, Do: func(_ context.Context, e *Env) error {
 				// A holder, when there is one: its release (or renewal)
@@ -244,6 +244,17 @@ func semPartitionClients(r *rand.Rand, d, _ time.Duration) []Event {
 	}
 	return evs
 }
+
+// semaphore/partition-client's first cut: at semCutAt, for semCutHold.
+const (
+	semCutAt   = 500 * time.Millisecond
+	semCutHold = 5 * time.Second
+)
+
+// semPartitionNeeds: the first cut and its heal fit in the schedule window
+// (a run of 6.2s or more); a shorter run would cut no client and is refused.
+var semPartitionNeeds = needScheduled("one client is cut for 5s, from 0.5s into the run",
+	func(time.Duration) time.Duration { return semCutAt + semCutHold + time.Millisecond })
 
 // keptOwners are the owners of the crashed holders' permits without expiry
 // (models.CrashedPermits): the permits the leak scan does not count.

@@ -111,7 +111,8 @@ type fakeSem struct{ scenarios.SemImpl }
 func (fakeSem) Name() string { return "sem-mutant-for-this-test" }
 
 // semPartitionRun is how long semaphore/partition-client runs in the tests:
-// its cuts last 5s (from 0.5s in), so a run needs 6s for one.
+// its cuts last 5s (from 0.5s in), so a run needs 6.2s for one (its
+// schedule window, less scenarios.ScheduleMargin, holds the cut and heal).
 const semPartitionRun = 7 * time.Second
 
 // requireAbandoned: semaphore/partition-client's cuts outlast a release, its

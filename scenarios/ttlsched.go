@@ -13,20 +13,65 @@ import (
 // than quietly testing something else (a node back inside a live lease, a
 // pause shorter than one, a stop that never ends within the run).
 
+// ScheduleMargin is the end of a run of d that no nemesis event is
+// scheduled in: a tenth of the run, at least 300ms and at most 2s (500ms
+// of a 5s run). Every event of a schedule, the last heal included, is due
+// by d − ScheduleMargin(d) (Scenario.Schedule builds it in that window),
+// so that an event a loaded machine runs late, or one that takes a while
+// (a restart, a failover's confirmation), still happens while the clients
+// run, and the run ends with a healthy tail. The run itself waits (bounded,
+// InFlightGrace) for an event still running at its end before it stops the
+// clients: a scheduled fault that did not happen is UNKNOWN only when it
+// could not happen, never for the harness's own lateness.
+func ScheduleMargin(d time.Duration) time.Duration {
+	return min(max(d/10, 300*time.Millisecond), 2*time.Second)
+}
+
+// scheduleWindow is how much of a run of d its nemesis schedule may fill
+// (d less ScheduleMargin(d); never negative).
+func scheduleWindow(d time.Duration) time.Duration { return max(d-ScheduleMargin(d), 0) }
+
+// durationFor is the shortest --duration, to the next 100ms, whose
+// schedule window (scheduleWindow) is w or more.
+func durationFor(w time.Duration) time.Duration {
+	d := (w + 100*time.Millisecond - 1).Truncate(100 * time.Millisecond)
+	for scheduleWindow(d) < w {
+		d += 100 * time.Millisecond
+	}
+	return d
+}
+
 // needDuration returns a Scenario.Needs that requires a run of least(ttl)
 // or more (least grows with the ttl): a shorter one is refused with what
 // (what the ttl asks of the run), the --duration that would do at its ttl
 // and, when there is one, the longest --ttl that would do at its duration.
+// It is for what the workload does (a holder's stop that must end within
+// the run); needScheduled is for what the nemesis schedule does.
 func needDuration(what string, least func(ttl time.Duration) time.Duration) func(d, ttl time.Duration) string {
+	return needWithin(what, least, func(d time.Duration) time.Duration { return d },
+		func(w time.Duration) time.Duration {
+			return (w + 100*time.Millisecond - 1).Truncate(100 * time.Millisecond)
+		})
+}
+
+// needScheduled is needDuration for what the nemesis schedule must fit:
+// least(ttl) is compared with the run's schedule window (its duration less
+// ScheduleMargin), and the --duration named is one whose window fits it.
+func needScheduled(what string, least func(ttl time.Duration) time.Duration) func(d, ttl time.Duration) string {
+	return needWithin(what, least, scheduleWindow, durationFor)
+}
+
+// needWithin is needDuration and needScheduled: window is the part of a run
+// of d that least(ttl) must fit in, and durationFor the shortest --duration
+// (to 100ms) whose window is a given length.
+func needWithin(what string, least func(ttl time.Duration) time.Duration, window, durationFor func(time.Duration) time.Duration) func(d, ttl time.Duration) string {
 	return func(d, ttl time.Duration) string {
 		need := least(ttl)
-		if d >= need {
+		if window(d) >= need {
 			return ""
 		}
-		// Up to the next 100ms, so that the duration named does.
-		need = (need + 100*time.Millisecond - 1).Truncate(100 * time.Millisecond)
-		why := fmt.Sprintf("%s: at --ttl %v that needs --duration %v or more, not %v", what, ttl, need, d)
-		if t := longestTTL(d, least); t > 0 {
+		why := fmt.Sprintf("%s: at --ttl %v that needs --duration %v or more, not %v", what, ttl, durationFor(need), d)
+		if t := longestTTL(window(d), least); t > 0 {
 			why += fmt.Sprintf(" (or --ttl %v or less at --duration %v)", t, d)
 		}
 		return why
@@ -34,13 +79,13 @@ func needDuration(what string, least func(ttl time.Duration) time.Duration) func
 }
 
 // longestTTL is the longest ttl, to the millisecond (--ttl's unit and
-// least), for which a run of d is long enough (least(ttl) <= d, least
+// least), for which a window of w is long enough (least(ttl) <= w, least
 // growing with the ttl); 0 when even 1ms is too long.
-func longestTTL(d time.Duration, least func(ttl time.Duration) time.Duration) time.Duration {
-	lo, hi := int64(0), int64(d/time.Millisecond) // lo fits (0: none yet); hi+1 does not
+func longestTTL(w time.Duration, least func(ttl time.Duration) time.Duration) time.Duration {
+	lo, hi := int64(0), int64(w/time.Millisecond) // lo fits (0: none yet); hi+1 does not
 	for lo < hi {
 		mid := (lo + hi + 1) / 2
-		if least(time.Duration(mid)*time.Millisecond) <= d {
+		if least(time.Duration(mid)*time.Millisecond) <= w {
 			lo = mid
 		} else {
 			hi = mid - 1
@@ -69,7 +114,7 @@ func nodeLossSchedule(d, ttl time.Duration) (kill, restart time.Duration) {
 // nodeLossNeeds: the restart must leave a sixth of the run after it (the
 // acquisitions on the node back empty): d/3 + redlockRestartAfter(ttl) <=
 // 5d/6, that is d >= 2 × redlockRestartAfter(ttl).
-var nodeLossNeeds = needDuration("r1 is started again more than a ttl (plus the drift allowance) after the kill at a third of the run, "+
+var nodeLossNeeds = needScheduled("r1 is started again more than a ttl (plus the drift allowance) after the kill at a third of the run, "+
 	"with a sixth of the run left after it", func(ttl time.Duration) time.Duration { return 2 * redlockRestartAfter(ttl) })
 
 // pauseLongerThanLease is the pause-primary scenarios' window: the server
@@ -83,7 +128,7 @@ func pauseLongerThanLease(ttl time.Duration) (gap, hold time.Duration) {
 
 // pauseLongerThanLeaseNeeds: one pause (its first falls before gap) fits
 // in the run, whatever the seed.
-var pauseLongerThanLeaseNeeds = needDuration("the server is stopped for longer than a lease, at least once", func(ttl time.Duration) time.Duration {
+var pauseLongerThanLeaseNeeds = needScheduled("the server is stopped for longer than a lease, at least once", func(ttl time.Duration) time.Duration {
 	gap, hold := pauseLongerThanLease(ttl)
 	return gap + hold
 })
@@ -171,4 +216,19 @@ func redlockLatencyNeeds(_, ttl time.Duration) string {
 	}
 	return fmt.Sprintf("acquisitions through a %v round trip must keep validity to claim (a lease of %v keeps little or none "+
 		"after it and the drift allowance): needs --ttl %v or more", 2*redlockLatency, ttl, redlockLatencyMinTTL)
+}
+
+// fitting is evs when every event is due before d (the schedule window),
+// else none: a schedule of fixed offsets (a cut, then a failover 1s
+// later, then the heal) that a short run cannot hold whole injects nothing,
+// and the run is UNKNOWN saying that no fault was scheduled and a longer
+// --duration is needed, rather than cutting a fault short or leaving it
+// unhealed.
+func fitting(d time.Duration, evs []Event) []Event {
+	for _, ev := range evs {
+		if ev.At >= d {
+			return nil
+		}
+	}
+	return evs
 }
