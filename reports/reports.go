@@ -480,6 +480,7 @@ func (r *Run) writeOverall(w io.Writer) {
 		fmt.Fprintf(w, "mutants (comparison, deliberately broken for the checkers to catch; do not set the verdict): %s\n", strings.Join(mutants, ", "))
 	}
 	v := r.Overall()
+	r.writeSetBy(w, v)
 	d := r.Deciding()
 	from := ""
 	switch {
@@ -496,6 +497,38 @@ func (r *Run) writeOverall(w io.Writer) {
 		from = "interrupted: not every scenario ran; " + from
 	}
 	fmt.Fprintf(w, "overall: %s (%sexit status %d)\n", v, from, v.ExitStatus())
+}
+
+// setByShown is how many of the runs that set a non-PASS overall verdict
+// the line before it names; the rest are counted.
+const setByShown = 12
+
+// writeSetBy names, on the line before the overall verdict, the runs that
+// set it when it is not PASS: the deciding implementations' runs whose
+// verdict is the overall one (worst first is the overall's rule), with the
+// seed a replay needs; an interrupted run says so.
+func (r *Run) writeSetBy(w io.Writer, v scenarios.Verdict) {
+	if v == scenarios.Pass {
+		return
+	}
+	var runs []string
+	for _, o := range r.Outcomes {
+		if r.Decides(o.Impl) && o.Verdict == v {
+			runs = append(runs, fmt.Sprintf("%s [%s, %s, seed %d]", o.Scenario, o.Impl, o.Build, o.Seed))
+		}
+	}
+	if r.Interrupted && v == scenarios.Unknown {
+		runs = append(runs, "the interruption (not every scenario ran)")
+	}
+	if len(runs) == 0 {
+		return
+	}
+	more := ""
+	if len(runs) > setByShown {
+		more = fmt.Sprintf("; and %d more (see the table)", len(runs)-setByShown)
+		runs = runs[:setByShown]
+	}
+	fmt.Fprintf(w, "%s set by: %s%s\n", v, strings.Join(runs, "; "), more)
 }
 
 // hazardWords explain Outcome.Hazard.

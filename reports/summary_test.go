@@ -328,3 +328,44 @@ func TestPagePlurals(t *testing.T) {
 		t.Errorf("index.html gives an operation's times in ns: %q", page[max(0, i-80):min(len(page), i+40)])
 	}
 }
+
+// TestSummaryNamesTheRunsThatSetTheVerdict: the summary's last lines name
+// the runs that set a non-PASS overall verdict (the deciding
+// implementation's runs of that verdict, with their seeds), before the
+// overall line; a comparison peer's FAIL is not one of them, and a PASS
+// names none.
+func TestSummaryNamesTheRunsThatSetTheVerdict(t *testing.T) {
+	o := func(name, impl string, v scenarios.Verdict, seed int64) *scenarios.Outcome {
+		return &scenarios.Outcome{Scenario: name, Impl: impl, Build: "redis-8.0", Seed: seed, Verdict: v, Duration: time.Second}
+	}
+	r := &reports.Run{Outcomes: []*scenarios.Outcome{
+		o("fenced-lock/baseline", "prim", scenarios.Pass, 1),
+		o("fenced-lock/latency", "prim", scenarios.Unknown, 2),
+		o("fenced-lock/pause-client", "redislock", scenarios.Fail, 3),
+		o("fenced-lock/kill-restart-noaof", "prim", scenarios.Hazard, 4),
+		o("rwlock/pause-primary", "prim", scenarios.Unknown, 5),
+	}}
+	for _, write := range []func(*bytes.Buffer) error{
+		func(b *bytes.Buffer) error { return reports.WriteSummary(b, r) },
+		func(b *bytes.Buffer) error { return reports.WriteTerminalSummary(b, r) },
+	} {
+		var b bytes.Buffer
+		if err := write(&b); err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimRight(b.String(), "\n"), "\n")
+		last2 := strings.Join(lines[len(lines)-2:], "\n")
+		want := "UNKNOWN set by: fenced-lock/latency [prim, redis-8.0, seed 2]; rwlock/pause-primary [prim, redis-8.0, seed 5]\noverall: UNKNOWN"
+		if !strings.HasPrefix(last2, want) {
+			t.Errorf("the summary ends with\n%s\nwant\n%s…", last2, want)
+		}
+	}
+	r.Outcomes = r.Outcomes[:1]
+	var b bytes.Buffer
+	if err := reports.WriteSummary(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "set by") {
+		t.Errorf("a PASS names runs that set it:\n%s", b.String())
+	}
+}
