@@ -12,9 +12,11 @@ import (
 	"os/signal"
 	"path"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -36,7 +38,9 @@ Usage:
 
 PATTERN is a scenario's name (fenced-lock/baseline), a family (fenced-lock), a
 fault (baseline) or a glob ('*/pause-*'); flags and patterns may come in any
-order, and a pattern that matches no scenario is an error.
+order, and a pattern that matches no scenario is an error. PATTERN@IMPL[+IMPL…]
+runs what PATTERN selects with those of --impl's implementations only
+(fenced-lock/black-hole@prim beside --impl all: prim alone on that scenario).
 
 Each run writes DIR/summary.txt, report.json, junit.xml, index.html, prim.log (what
 the primitives logged) and histories/*.jsonl.gz (gzip-compressed JSONL; check them
@@ -128,7 +132,17 @@ type runFlags struct {
 	clients                                int
 	seed                                   int64
 	replayAll                              bool
+	parallel                               int
 }
+
+// defaultParallel is --parallel's default: a run at a time for every two
+// cores (one on two cores). A run is itself concurrent (eight clients, up
+// to seven server processes, their proxies, the nemesis and the checkers)
+// and bound by time (250ms client timeouts, 100ms Redlock node timeouts,
+// the progress checker's rates): one run per two cores leaves each run about
+// the machine a lone run has, so its verdict is the one it would reach
+// alone. More (--parallel N) is for machines with cores to spare.
+func defaultParallel() int { return max(1, runtime.NumCPU()/2) }
 
 // register registers on fs the flags that apply to cmd (run, matrix or
 // replay), and only those.
@@ -177,6 +191,10 @@ func (f *runFlags) register(fs *flag.FlagSet, cmd string) {
 		fs.Int64Var(&f.seed, "seed", 0, "seed for the nemesis and workload (default: from the clock, printed)")
 	}
 	boolean(all, &f.hardened, "hardened-client", "give the clients no retries (MaxRetries -1); by default they keep go-redis's defaults (MaxRetries 3), as a user's client has them")
+	f.parallel = 1
+	if which&(forRun|forMatrix|forReplay) != 0 {
+		fs.IntVar(&f.parallel, "parallel", defaultParallel(), "scenario runs at a time (each has its own servers, addresses and proxies); the default is one for every two cores")
+	}
 	boolean(forReplay, &f.replayAll, "all", "replay every scenario that failed (FAIL or UNKNOWN), the comparison's peers' and mutants' too")
 }
 
@@ -233,6 +251,44 @@ func parseArgs(fs *flag.FlagSet, args []string) (pos []string, help bool, err er
 		pos = append(pos, rest[0])
 		args = rest[1:]
 	}
+}
+
+// implRestrictions splits patterns of the form PATTERN@IMPL[+IMPL…] (the
+// scenarios PATTERN selects run only those of --impl's implementations) into
+// the bare patterns and, by scenario name, the implementations allowed; a
+// scenario that some pattern selects without @ has no entry (every
+// implementation of --impl runs it).
+func implRestrictions(positional []string) ([]string, map[string]map[string]bool, error) {
+	patterns := make([]string, len(positional))
+	only := map[string]map[string]bool{}
+	free := map[string]bool{}
+	for i, p := range positional {
+		pat, impls, restricted := strings.Cut(p, "@")
+		patterns[i] = pat
+		ss, err := scenarios.Match([]string{pat})
+		if err != nil {
+			continue // selectScenarios says so, with the others
+		}
+		for _, s := range ss {
+			if !restricted {
+				free[s.Name] = true
+				continue
+			}
+			if only[s.Name] == nil {
+				only[s.Name] = map[string]bool{}
+			}
+			for _, impl := range strings.Split(impls, "+") {
+				if err := scenarios.ValidImpl(impl); err != nil {
+					return nil, nil, fmt.Errorf("%s: %w", p, err)
+				}
+				only[s.Name][impl] = true
+			}
+		}
+	}
+	for name := range free {
+		delete(only, name)
+	}
+	return patterns, only, nil
 }
 
 // selectScenarios returns the scenarios the patterns match (all for none),
@@ -338,6 +394,10 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 	replayAll := f.replayAll
 	if f.clients < 1 {
 		fmt.Fprintf(stderr, "coordtorture %s: --clients %d: at least 1 client is needed\n", cmd, f.clients)
+		return 2
+	}
+	if f.parallel < 1 {
+		fmt.Fprintf(stderr, "coordtorture %s: --parallel %d: at least 1\n", cmd, f.parallel)
 		return 2
 	}
 	if f.duration <= 0 {
@@ -492,7 +552,12 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stdout, "coordtorture: replaying prim's failures; %s of the comparison's peers or mutants skipped (--all replays them)\n", plural(skipped, "failure"))
 		}
 	default:
-		ss, err := selectScenarios(positional)
+		patterns, only, err := implRestrictions(positional)
+		if err != nil {
+			fmt.Fprintf(stderr, "coordtorture %s: %v\n", cmd, err)
+			return 2
+		}
+		ss, err := selectScenarios(patterns)
 		if err != nil {
 			fmt.Fprintf(stderr, "coordtorture %s: %v\n", cmd, err)
 			return 2
@@ -535,6 +600,9 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 			}
 			for _, s := range ss {
 				for _, impl := range impls {
+					if o := only[s.Name]; o != nil && !o[impl] {
+						continue // its patterns name other implementations (PATTERN@IMPL)
+					}
 					if !s.Supports(impl) {
 						if len(impls) == 1 && len(ss) == 1 {
 							fmt.Fprintf(stderr, "coordtorture: %s does not run on %s (it runs on %s)\n", s.Name, impl, strings.Join(s.Impls, ", "))
@@ -612,21 +680,55 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 	} else {
 		fmt.Fprintf(stdout, "coordtorture: %s, %v each, %d clients, %s → %s\n", plural(len(jobs), "scenario run"), f.duration, f.clients, seedText, out)
 	}
-	for i, j := range jobs {
+	if f.parallel > 1 && len(jobs) > 1 {
+		fmt.Fprintf(stdout, "coordtorture: %d runs at a time\n", min(f.parallel, len(jobs)))
+	}
+	// Each job has its own servers (their own loopback addresses), proxies,
+	// clients and implementation: runs at the same time share nothing but
+	// the machine. A registered mutant is one instance, so two runs of one
+	// never overlap.
+	var (
+		outMu   sync.Mutex // the terminal, the progress bar
+		results = make([]*scenarios.Outcome, len(jobs))
+		slots   = make(chan struct{}, f.parallel)
+		running sync.WaitGroup
+		shared  = map[string]*sync.Mutex{}
+	)
+	for _, impl := range impls {
+		if !slices.Contains(scenarios.EveryImpl(), impl) {
+			shared[impl] = new(sync.Mutex)
+		}
+	}
+	bar := tty && f.parallel == 1 // a progress bar only when one run at a time has the line
+	runJob := func(i int, j job) {
 		label := fmt.Sprintf("[%d/%d] %s [%s, %s]", i+1, len(jobs), j.s.Name, j.impl, j.build)
 		if cmd == "replay" {
 			label += fmt.Sprintf(" seed %d, %v, %d clients", j.seed, j.duration, j.clients)
 		}
-		progress := func(el, total time.Duration) {
-			if tty {
+		var progress func(el, total time.Duration)
+		switch {
+		case bar:
+			progress = func(el, total time.Duration) {
 				n := int(20 * el / total)
+				outMu.Lock()
 				fmt.Fprintf(stdout, "\r%s [%s%s] %v/%v", label, strings.Repeat("#", min(n, 20)), strings.Repeat(".", max(0, 20-n)), el.Round(time.Second), total)
-			} else {
+				outMu.Unlock()
+			}
+		case !tty:
+			progress = func(el, total time.Duration) {
+				outMu.Lock()
 				fmt.Fprintf(stdout, "%s %v/%v\n", label, el.Round(time.Second), total)
+				outMu.Unlock()
 			}
 		}
-		if !tty {
+		if !bar {
+			outMu.Lock()
 			fmt.Fprintf(stdout, "%s starting\n", label)
+			outMu.Unlock()
+		}
+		if mu := shared[j.impl]; mu != nil {
+			mu.Lock()
+			defer mu.Unlock()
 		}
 		o, err := scenarios.Run(ctx, j.s, scenarios.Config{Build: j.build, Duration: j.duration, Clients: j.clients,
 			Seed: j.seed, Impl: j.impl, TTL: j.ttl, Hardened: f.hardened, Progress: progress, External: ext, Docker: dock,
@@ -635,9 +737,6 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 			o = &scenarios.Outcome{Scenario: j.s.Name, Build: j.build, Impl: j.impl, Seed: j.seed, Clients: j.clients,
 				Duration: j.duration, TTL: j.ttl, Verdict: scenarios.Unknown, Error: err.Error()}
 		}
-		if tty {
-			fmt.Fprint(stdout, "\r\033[K")
-		}
 		done := reports.CountCompleted(o).String()
 		switch {
 		case o.NotRun():
@@ -645,11 +744,37 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 		case o.Error != "":
 			done = "the run went wrong: see below"
 		}
+		outMu.Lock()
+		if bar {
+			fmt.Fprint(stdout, "\r\033[K")
+		}
 		fmt.Fprintf(stdout, "%s %s (%s)\n", label, o.Verdict, done)
-		rep.Outcomes = append(rep.Outcomes, o)
+		outMu.Unlock()
+		results[i] = o
+	}
+	for i, j := range jobs {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+		}
 		if ctx.Err() != nil {
-			fmt.Fprintln(stderr, "coordtorture: interrupted; writing what ran")
 			break
+		}
+		running.Add(1)
+		go func() {
+			defer running.Done()
+			defer func() { <-slots }()
+			runJob(i, j)
+		}()
+	}
+	running.Wait()
+	if ctx.Err() != nil {
+		fmt.Fprintln(stderr, "coordtorture: interrupted; writing what ran")
+	}
+	// The report lists the runs in the jobs' order, whatever order they ended in.
+	for _, o := range results {
+		if o != nil {
+			rep.Outcomes = append(rep.Outcomes, o)
 		}
 	}
 	rep.Interrupted = ctx.Err() != nil
@@ -682,23 +807,37 @@ func isTerminal(w io.Writer) bool {
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
+// skippedShown is how many of the scenarios keepRunnable leaves out its one
+// line names; the rest are counted.
+const skippedShown = 4
+
 // keepRunnable keeps the scenarios of ss that runnable accepts where the run
-// goes (an external deployment, containers): each one left out is named on
-// stderr with why; a single scenario named on the command line that cannot
-// run there is an error (its reason), and so is a selection with nothing
-// left. It returns nil when the run must stop (exit 2).
+// goes (an external deployment, containers): those left out are said on one
+// line of stderr, with why, how many and the first few names; a single
+// scenario named on the command line that cannot run there is an error (its
+// reason), and so is a selection with nothing left. It returns nil when the
+// run must stop (exit 2).
 func keepRunnable(stderr io.Writer, ss []*scenarios.Scenario, positional []string, runnable func(*scenarios.Scenario) error, why, where string) []*scenarios.Scenario {
 	var keep []*scenarios.Scenario
+	var skipped []string
 	for _, s := range ss {
 		if err := runnable(s); err != nil {
 			if len(positional) == 1 && positional[0] == s.Name {
 				fmt.Fprintln(stderr, "coordtorture:", err)
 				return nil
 			}
-			fmt.Fprintf(stderr, "coordtorture: skipping %s (%s)\n", s.Name, why)
+			skipped = append(skipped, s.Name)
 			continue
 		}
 		keep = append(keep, s)
+	}
+	switch n := len(skipped); {
+	case n == 1:
+		fmt.Fprintf(stderr, "coordtorture: skipping %s (%s)\n", skipped[0], why)
+	case n > skippedShown:
+		fmt.Fprintf(stderr, "coordtorture: skipping %d scenarios (%s): %s and %d more\n", n, why, strings.Join(skipped[:skippedShown], ", "), n-skippedShown)
+	case n > 1:
+		fmt.Fprintf(stderr, "coordtorture: skipping %d scenarios (%s): %s\n", n, why, strings.Join(skipped, ", "))
 	}
 	if len(keep) == 0 {
 		fmt.Fprintf(stderr, "coordtorture: no scenario of that selection runs %s (see coordtorture list)\n", where)

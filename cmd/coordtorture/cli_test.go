@@ -367,6 +367,19 @@ func TestKeepRunnable(t *testing.T) {
 	if len(keep) != 1 || keep[0].Name != "fenced-lock/baseline" || !strings.Contains(buf.String(), "skipping fenced-lock/clock-skew (why)") {
 		t.Fatalf("kept %v, said %q", keep, buf.String())
 	}
+	// Many left out: one line, counted, the first few named.
+	many, err := selectScenarios([]string{"fenced-lock/baseline", "*/clock-skew", "ratelimit/*/clock-skew*"})
+	if err != nil || len(many) < skippedShown+2 {
+		t.Fatal(many, err)
+	}
+	buf.Reset()
+	keep = keepRunnable(&buf, many, []string{"fenced-lock/baseline", "*/clock-skew"}, noSkew, "why", "there")
+	said := strings.TrimSuffix(buf.String(), "\n")
+	if len(keep) != 1 || strings.Contains(said, "\n") ||
+		!strings.HasPrefix(said, fmt.Sprintf("coordtorture: skipping %d scenarios (why): ", len(many)-1)) ||
+		!strings.HasSuffix(said, fmt.Sprintf(" and %d more", len(many)-1-skippedShown)) {
+		t.Fatalf("kept %v, said %q: want one line for the skipped scenarios", keep, buf.String())
+	}
 	buf.Reset()
 	if keep := keepRunnable(&buf, ss[1:], []string{"fenced-lock/clock-skew"}, noSkew, "why", "there"); keep != nil ||
 		!strings.Contains(buf.String(), "fenced-lock/clock-skew moves a clock") {
