@@ -22,8 +22,11 @@ const (
 	// distance are merged into one, and the page says so.
 	MaxTimelineBars = 3000
 	// MaxPageBars bounds the bars of all timelines of a page together: a run
-	// of many scenarios gets fewer bars per scenario (but at least 300).
-	MaxPageBars = 60000
+	// of many scenarios gets fewer bars per scenario (but at least 300). At
+	// about 170 bytes a bar (its rect and title) the page stays near 3.5 MB
+	// (the default suite's runs/latest under 20 MB with its histories);
+	// 60000 made 12 MB of HTML.
+	MaxPageBars = 20000
 	// MaxTimelineLanes is the most processes a timeline draws a lane for.
 	MaxTimelineLanes = 64
 	// MaxEvents is the most nemesis events a timeline draws and lists.

@@ -398,6 +398,19 @@ func TestHTMLCaps(t *testing.T) {
 	if got := strings.Count(p, "Capped: "); got != n {
 		t.Errorf("%d of %d scenarios say they are capped", got, n)
 	}
+	// 41 long histories (more than the default suite's runs): the page
+	// stays under 4 MB, so that runs/latest stays under 20 MB with the
+	// histories (the old 60000-bar budget made 12 MB of HTML).
+	var long []*scenarios.Outcome
+	for i := 0; i < 41; i++ {
+		long = append(long, &scenarios.Outcome{Scenario: fmt.Sprintf("fenced-lock/l%d", i), Impl: "prim", Build: "redis-8.0",
+			Verdict: scenarios.Pass, Duration: d, Clients: 16, Ops: len(recs) / 2, Records: recs})
+	}
+	p = page(t, &reports.Run{Outcomes: long})
+	t.Logf("41 long scenarios → %d KB page", len(p)/1024)
+	if len(p) > 4<<20 {
+		t.Errorf("41 scenarios make a page of %d bytes, more than 4 MB", len(p))
+	}
 }
 
 func TestWriteDirHTMLAndViz(t *testing.T) {
