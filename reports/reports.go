@@ -341,6 +341,9 @@ func writeTable(w io.Writer, r *Run, errorsWhere string) error {
 	fmt.Fprintln(tw, "SCENARIO\tIMPL\tSERVER\tVERDICT\tACQ/S\tWRITES/S\tOPS\tPROPERTIES")
 	for _, o := range r.Outcomes {
 		var ps []string
+		if note := NoHazardNote(o); note != "" {
+			ps = append(ps, "("+note+")")
+		}
 		for _, p := range o.Results {
 			ps = append(ps, fmt.Sprintf("%s=%s", p.Checker, p.Verdict))
 		}
@@ -529,6 +532,45 @@ func (r *Run) writeSetBy(w io.Writer, v scenarios.Verdict) {
 		runs = runs[:setByShown]
 	}
 	fmt.Fprintf(w, "%s set by: %s%s\n", v, strings.Join(runs, "; "), more)
+}
+
+// NoHazardNote says, for a run of a scenario about a hazard that shows none
+// (a PASS with properties that may show it), why: which of those
+// properties had nothing to check (N/A: an implementation without fencing
+// tokens has no token order to regress) and which held, the hazard not
+// shown. Beside prim's HAZARD, a peer's PASS is then read as what it is, not
+// as the better result. "" for any other run.
+func NoHazardNote(o *scenarios.Outcome) string {
+	if o.Verdict != scenarios.Pass {
+		return ""
+	}
+	var na, held []string
+	for _, p := range o.Results {
+		if p.Expect != scenarios.MayHazard.String() {
+			continue
+		}
+		switch p.Verdict {
+		case scenarios.NA:
+			na = append(na, p.Checker)
+		case scenarios.Pass:
+			held = append(held, p.Checker)
+		}
+	}
+	var parts []string
+	if len(na) > 0 {
+		parts = append(parts, strings.Join(na, ", ")+": nothing to check")
+	}
+	if len(held) > 0 {
+		why := "not shown"
+		if o.Hazard == "no effect" {
+			why = "not shown, no fault had the effect it needs"
+		}
+		parts = append(parts, strings.Join(held, ", ")+": "+why)
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "no hazard: " + strings.Join(parts, "; ")
 }
 
 // hazardWords explain Outcome.Hazard.

@@ -369,3 +369,42 @@ func TestSummaryNamesTheRunsThatSetTheVerdict(t *testing.T) {
 		t.Errorf("a PASS names runs that set it:\n%s", b.String())
 	}
 }
+
+// TestPeersRowSaysWhyNoHazard: on a hazard scenario where prim shows the
+// HAZARD, a peer's PASS row says why it shows none — its token order had
+// nothing to check, the other hazard properties held (not shown) — so the
+// peer's PASS does not read as the better result; a scenario without a
+// hazard gets no note.
+func TestPeersRowSaysWhyNoHazard(t *testing.T) {
+	res := func(checker, expect string, v scenarios.Verdict) scenarios.PropertyResult {
+		return scenarios.PropertyResult{Checker: checker, Expect: expect, Verdict: v}
+	}
+	r := &reports.Run{Outcomes: []*scenarios.Outcome{
+		{Scenario: "fenced-lock/kill-restart-noaof", Impl: "prim", Build: "redis-8.0", Verdict: scenarios.Hazard, Hazard: "shown",
+			Results: []scenarios.PropertyResult{res("token-order", "may show hazard", scenarios.Hazard), res("exclusion", "may show hazard", scenarios.Pass)}},
+		{Scenario: "fenced-lock/kill-restart-noaof", Impl: "redislock", Build: "redis-8.0", Verdict: scenarios.Pass, Hazard: "not shown",
+			Results: []scenarios.PropertyResult{res("token-order", "may show hazard", scenarios.NA), res("exclusion", "may show hazard", scenarios.Pass),
+				res("progress", "must hold", scenarios.Pass)}},
+		{Scenario: "fenced-lock/baseline", Impl: "redislock", Build: "redis-8.0", Verdict: scenarios.Pass,
+			Results: []scenarios.PropertyResult{res("token-order", "must hold", scenarios.NA), res("exclusion", "must hold", scenarios.Pass)}},
+	}}
+	var b bytes.Buffer
+	if err := reports.WriteSummary(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	var peer, baseline string
+	for _, l := range strings.Split(b.String(), "\n") {
+		switch {
+		case strings.HasPrefix(l, "fenced-lock/kill-restart-noaof") && strings.Contains(l, "redislock"):
+			peer = l
+		case strings.HasPrefix(l, "fenced-lock/baseline") && strings.Contains(l, "redislock"):
+			baseline = l
+		}
+	}
+	if want := "(no hazard: token-order: nothing to check; exclusion: not shown)"; !strings.Contains(peer, want) {
+		t.Errorf("the peer's row %q does not say %q", peer, want)
+	}
+	if baseline == "" || strings.Contains(baseline, "no hazard") {
+		t.Errorf("the baseline's row %q: want a row without a hazard note", baseline)
+	}
+}
