@@ -6,22 +6,38 @@ SERVERS_DIR ?= $(CURDIR)/.servers
 TEST_TIMEOUT ?= 25m
 export COORDTORTURE_SERVERS_DIR := $(SERVERS_DIR)
 
-.PHONY: all servers images browser build test test-short lint vet fmt bench server-cost torture torture-docker torture-long clean help
+.PHONY: all servers images browser build test test-short lint vet fmt bench server-cost torture torture-full torture-docker torture-long clean help
 TORTURE_DURATION ?= 5s
 TORTURE_IMPL ?= all
 TORTURE_LONG_DURATION ?= 1m
 TORTURE_OUT ?= runs/latest
 TORTURE_FLAGS ?=
-# The default suite: every lock family, a representative part of the
-# ratelimit family (each algorithm's baseline, one fault that must hold and
-# one hazard each), of the semaphore family (its baseline and its restart
-# without persistence, a hazard), of the rwlock and redlock families (their
-# baselines and one fault that must hold); SCENARIOS=ratelimit (or any patterns) runs
-# others, and torture-long runs every scenario.
-TORTURE_SUITE ?= fenced-lock waiting-lock hash-lease ratelimit/*/baseline ratelimit/fixed/partition-client \
+TORTURE_PARALLEL ?=
+# The default suite, a few minutes on two cores: every family and every
+# kind of fault once (partition of a client link and of a node, latency,
+# reset-peer, black-hole, lost replies, a client's GC stall, SIGSTOP, kill
+# -9 with and without AOF, a restart of the fenced resource, eviction,
+# Sentinel failover, a forced failover and a promotion by hand, CLUSTER
+# FAILOVER, clock skew), prim beside the peers on the lock, rate limiter
+# and Redlock families' baselines and one fault each; PATTERN@prim runs a
+# scenario for prim alone. torture-full runs the larger suite (every lock
+# scenario beside the peers), torture-long every scenario on every build.
+TORTURE_SUITE ?= fenced-lock/baseline fenced-lock/pause-client fenced-lock/kill-restart-noaof \
+	fenced-lock/partition-client@prim fenced-lock/reset-peer@prim fenced-lock/black-hole@prim fenced-lock/lose-replies@prim \
+	fenced-lock/kill-restart-aof@prim fenced-lock/resource-restart@prim fenced-lock/eviction@prim fenced-lock/promote-replica@prim \
+	waiting-lock/failover hash-lease/failover-cluster semaphore/baseline latch/baseline rwlock/pause-primary \
+	ratelimit/bucket/latency ratelimit/fixed/clock-skew ratelimit/sliding/baseline redlock/baseline redlock/partition-minority
+# The full suite: every lock family, a representative part of the ratelimit
+# family (each algorithm's baseline, one fault that must hold and one hazard
+# each), of the semaphore family (its baseline and its restart without
+# persistence, a hazard), of the rwlock and redlock families (their
+# baselines and one fault that must hold); SCENARIOS=ratelimit (or any
+# patterns) runs others, and torture-long runs every scenario.
+TORTURE_FULL_SUITE ?= fenced-lock waiting-lock hash-lease ratelimit/*/baseline ratelimit/fixed/partition-client \
 	ratelimit/sliding/pause-primary ratelimit/bucket/latency ratelimit/sliding/kill-restart-noaof ratelimit/bucket/clock-skew \
 	semaphore/baseline semaphore/kill-restart-noaof latch/baseline latch/reset-race rwlock/baseline rwlock/partition-client \
 	redlock/baseline redlock/partition-client
+TORTURE_FULL_OUT ?= runs/full
 BIN ?= bin
 
 # GNU make exits 2 whenever a recipe fails, whatever its status: the torture
@@ -88,8 +104,11 @@ vet:
 build: ## build bin/coordtorture and bin/fencecheck (their exit status: 0 held, 1 FAIL, 2 UNKNOWN or usage error)
 	$(GO) build -o $(BIN)/ ./cmd/coordtorture ./cmd/fencecheck
 
-torture: servers build ## the default suite (TORTURE_SUITE: the lock families and part of ratelimit, semaphore, latch, rwlock and redlock; SCENARIOS=… for others), prim and the peer libraries, on local servers (report in runs/latest)
-	@cmd='$(BIN)/coordtorture run --impl $(TORTURE_IMPL) --duration $(TORTURE_DURATION) --out $(TORTURE_OUT) $(TORTURE_FLAGS) $(or $(SCENARIOS),$(TORTURE_SUITE))'; echo "$$cmd"; set -f; $$cmd; $(coordtorture-status)
+torture: servers build ## the default suite (TORTURE_SUITE: every family and kind of fault, prim beside the peers; a few minutes; SCENARIOS=… for others), on local servers (report in runs/latest)
+	@cmd='$(BIN)/coordtorture run --impl $(TORTURE_IMPL) --duration $(TORTURE_DURATION) $(if $(TORTURE_PARALLEL),--parallel $(TORTURE_PARALLEL)) --out $(TORTURE_OUT) $(TORTURE_FLAGS) $(or $(SCENARIOS),$(TORTURE_SUITE))'; echo "$$cmd"; set -f; $$cmd; $(coordtorture-status)
+
+torture-full: servers build ## the larger suite (TORTURE_FULL_SUITE: every lock scenario beside the peers, part of the others; 15 minutes or more on two cores), report in runs/full
+	@cmd='$(BIN)/coordtorture run --impl $(TORTURE_IMPL) --duration $(TORTURE_DURATION) $(if $(TORTURE_PARALLEL),--parallel $(TORTURE_PARALLEL)) --out $(TORTURE_FULL_OUT) $(TORTURE_FLAGS) $(or $(SCENARIOS),$(TORTURE_FULL_SUITE))'; echo "$$cmd"; set -f; $$cmd; $(coordtorture-status)
 
 torture-docker: images build ## the default suite with every server in a container (the docker provider; local images from make images, or TORTURE_IMAGE=…)
 	@cmd='$(BIN)/coordtorture run --provider docker $(if $(TORTURE_IMAGE),--image $(TORTURE_IMAGE)) --impl $(TORTURE_IMPL) --duration $(TORTURE_DURATION) --out $(or $(TORTURE_OUT_DOCKER),runs/docker) $(TORTURE_FLAGS) $(or $(SCENARIOS),$(TORTURE_SUITE))'; echo "$$cmd"; set -f; $$cmd; $(coordtorture-status)
