@@ -89,7 +89,7 @@ func TestFencedConnectionLeavesPool(t *testing.T) {
 				if !errors.Is(err, prim.ErrUncertain) {
 					t.Fatalf("the stalled call answered %v, want ErrUncertain", err)
 				}
-				if proxy.Fires() == 0 {
+				if !proxy.waitFired(stallNotice) {
 					t.Fatal("nothing named the key: nothing was stalled")
 				}
 				proxy.ReleaseAll() // the request goes through and runs

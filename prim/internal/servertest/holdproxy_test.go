@@ -232,6 +232,18 @@ func (p *holdProxy) Fires() int {
 	return p.fires
 }
 
+// waitFired reports whether a chunk set off an armed trigger within d: a
+// command the client has written may still be on its way through the proxy
+// (a loaded machine schedules the proxy's goroutines late).
+func (p *holdProxy) waitFired(d time.Duration) bool {
+	for deadline := time.Now().Add(d); p.Fires() == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+	return true
+}
+
 // ReleaseAll disarms every trigger and releases every connection (held bytes
 // are delivered, as a network that recovers would).
 func (p *holdProxy) ReleaseAll() {
