@@ -34,14 +34,7 @@ func writeList(w io.Writer, ss []*scenarios.Scenario) {
 		for _, ln := range wrap(s.Summary, listWidth, indent, indent) {
 			fmt.Fprintln(w, ln)
 		}
-		var must, may []string
-		for _, p := range s.Properties {
-			if p.Expect == scenarios.MayHazard {
-				may = append(may, p.Checker)
-			} else {
-				must = append(must, p.Checker)
-			}
-		}
+		must, may := mustMay(s)
 		for _, group := range []struct {
 			label  string
 			checks []string
@@ -54,6 +47,19 @@ func writeList(w io.Writer, ss []*scenarios.Scenario) {
 			}
 		}
 	}
+}
+
+// mustMay splits s's properties into those that must hold and those that may
+// show a hazard, in the scenario's order.
+func mustMay(s *scenarios.Scenario) (must, may []string) {
+	for _, p := range s.Properties {
+		if p.Expect == scenarios.MayHazard {
+			may = append(may, p.Checker)
+		} else {
+			must = append(must, p.Checker)
+		}
+	}
+	return must, may
 }
 
 // wrap breaks text into lines of at most width runes at spaces, the first

@@ -56,14 +56,7 @@ func TestListFits120Columns(t *testing.T) {
 		if !strings.Contains(text, norm(s.Summary)) {
 			t.Errorf("%s: the description is not listed whole:\n%s\nwant %q", s.Name, strings.Join(b, "\n"), s.Summary)
 		}
-		var must, may []string
-		for _, p := range s.Properties {
-			if p.Expect == scenarios.MayHazard {
-				may = append(may, p.Checker)
-			} else {
-				must = append(must, p.Checker)
-			}
-		}
+		must, may := mustMay(s)
 		for _, want := range []struct {
 			label  string
 			checks []string

@@ -31,6 +31,22 @@ var primConsumerBanned = []string{
 // Importing prim must not raise it.
 const consumerGo = "go 1.26.0"
 
+// consumerMain is the consumer's main.go: a service that imports prim and
+// go-redis and makes a Coordinator.
+const consumerMain = `package main
+
+import (
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordtorture/coordtorture/prim"
+)
+
+func main() {
+	c := prim.New(redis.NewClient(&redis.Options{}))
+	defer c.Close()
+}
+`
+
 // TestPrimModuleGraph is a service importing prim: a module of its own (go
 // 1.26.0) that imports prim through a replace to this repository's prim/ and
 // runs `go mod tidy` offline, from the module cache alone. Its module graph
@@ -59,19 +75,7 @@ func TestPrimModuleGraph(t *testing.T) {
 		"require github.com/coordtorture/coordtorture/prim v0.0.0-00010101000000-000000000000\n\n"+
 		"replace github.com/coordtorture/coordtorture/prim => "+filepath.Join(root, "prim")+"\n\n"+
 		"replace "+module+" => "+root+"\n")
-	write("main.go", `package main
-
-import (
-	"github.com/redis/go-redis/v9"
-
-	"github.com/coordtorture/coordtorture/prim"
-)
-
-func main() {
-	c := prim.New(redis.NewClient(&redis.Options{}))
-	defer c.Close()
-}
-`)
+	write("main.go", consumerMain)
 	gocmd := func(args ...string) string {
 		t.Helper()
 		cmd := exec.Command("go", args...)

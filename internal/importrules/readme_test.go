@@ -54,19 +54,7 @@ func TestReadmeReplaceRecipe(t *testing.T) {
 		}
 	}
 	write("go.mod", "module example.com/service\n\n"+consumerGo+"\n\n"+block+"\n")
-	write("main.go", `package main
-
-import (
-	"github.com/redis/go-redis/v9"
-
-	"github.com/coordtorture/coordtorture/prim"
-)
-
-func main() {
-	c := prim.New(redis.NewClient(&redis.Options{}))
-	defer c.Close()
-}
-`)
+	write("main.go", consumerMain)
 	for _, args := range [][]string{{"mod", "tidy", "-e"}, {"build", "-o", os.DevNull, "."}} {
 		cmd := exec.Command("go", args...)
 		cmd.Dir = svc
