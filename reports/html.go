@@ -248,7 +248,7 @@ func ies(n int) string {
 
 func counts(m map[scenarios.Verdict]int) []verdictCount {
 	var out []verdictCount
-	for _, v := range []scenarios.Verdict{scenarios.Fail, scenarios.Unknown, scenarios.Hazard, scenarios.Pass} {
+	for _, v := range []scenarios.Verdict{scenarios.Fail, scenarios.Unknown, scenarios.Hazard, scenarios.Pass, scenarios.NA} {
 		if m[v] > 0 {
 			out = append(out, verdictCount{v, m[v]})
 		}

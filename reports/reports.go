@@ -135,7 +135,11 @@ func (r *Run) Decides(impl string) bool { return slices.Contains(r.Deciding(), i
 // Overall is the run's one verdict, the one every surface states and that
 // sets the exit status (Overall().ExitStatus()): the worst verdict of the
 // deciding implementations' outcomes (Deciding), UNKNOWN at best when the
-// run was interrupted.
+// run was interrupted. An N/A outcome (a server without a feature the
+// scenario requires: Outcome.Unsupported) leaves the verdict to the others,
+// as an N/A property does in a run (models.Overall): a matrix over builds
+// with and without hash-field expiry PASSes; a run in which every outcome
+// was N/A checked nothing, which is UNKNOWN, never PASS.
 func (r *Run) Overall() scenarios.Verdict {
 	var vs []scenarios.Verdict
 	if r.Interrupted {
@@ -146,7 +150,24 @@ func (r *Run) Overall() scenarios.Verdict {
 			vs = append(vs, o.Verdict)
 		}
 	}
-	return scenarios.Worst(vs...)
+	return models.Overall(vs...)
+}
+
+// CheckedNothing reports whether every outcome of the deciding
+// implementations was N/A (Outcome.Unsupported: the server lacks what the
+// scenario needs): the run checked nothing, and Overall is UNKNOWN.
+func (r *Run) CheckedNothing() bool {
+	n := 0
+	for _, o := range r.Outcomes {
+		if !r.Decides(o.Impl) {
+			continue
+		}
+		if o.Verdict != scenarios.NA {
+			return false
+		}
+		n++
+	}
+	return n > 0
 }
 
 // HistoryFile is the file name of an outcome's history inside a run directory
@@ -265,6 +286,11 @@ func writeSummary(w io.Writer, r *Run, terminal bool) error {
 			}
 			fmt.Fprintf(w, "\n%s %s [%s]%s (seed %d): %s:\n  %s\n", o.Verdict, o.Scenario, o.Impl, role, o.Seed, what,
 				strings.ReplaceAll(text, "\n", "\n  "))
+		}
+		if o.Unsupported != "" {
+			// One line: every property is N/A for the same reason.
+			fmt.Fprintf(w, "\n%s %s [%s]%s on %s: not run: %s\n", o.Verdict, o.Scenario, o.Impl, role, o.Build, o.Unsupported)
+			continue
 		}
 		for _, p := range o.Results {
 			if p.Verdict == scenarios.Pass {
@@ -498,6 +524,9 @@ func (r *Run) writeOverall(w io.Writer) {
 	}
 	if r.Interrupted {
 		from = "interrupted: not every scenario ran; " + from
+	}
+	if r.CheckedNothing() {
+		from = "every scenario run N/A: nothing was checked; " + from
 	}
 	fmt.Fprintf(w, "overall: %s (%sexit status %d)\n", v, from, v.ExitStatus())
 }
@@ -741,6 +770,16 @@ func WriteJUnit(w io.Writer, r *Run) error {
 		out.Tests += s.Tests
 		out.Failures += s.Failures
 		out.Skipped += s.Skipped
+	}
+	if r.CheckedNothing() {
+		// Every run was N/A (the server lacks what the scenarios need):
+		// nothing was checked, UNKNOWN (exit status 2), so a failing case
+		// says so.
+		msg := "every scenario run was N/A (see each one's reason): nothing was checked, so the overall verdict is UNKNOWN"
+		out.Suites = append(out.Suites, junitSuite{Name: "coordtorture (nothing checked)", Tests: 1, Failures: 1,
+			Cases: []junitCase{{Name: "run", ClassName: "coordtorture", Failure: &junitMessage{Message: msg, Body: r.Command}}}})
+		out.Tests++
+		out.Failures++
 	}
 	if r.Interrupted {
 		// Not every scenario ran: the overall verdict is UNKNOWN at best

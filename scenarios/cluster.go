@@ -77,13 +77,13 @@ func init() {
 		Name:    "hash-lease/baseline-cluster",
 		Summary: "hash-lease/baseline on a 3-primary cluster. Exclusion per field must hold.",
 		Topo:    clusterTopo, Workload: leaseWorkload,
-		Properties: []Property{{Checker: "exclusion"}, {Checker: "lease-protocol"}}, Check: drift, Impls: []string{"prim"},
+		Properties: []Property{{Checker: "exclusion"}, {Checker: "lease-protocol"}}, Check: drift, Impls: []string{"prim"}, Requires: []Feature{HashFieldExpiry},
 	})
 	Register(&Scenario{
 		Name: "hash-lease/failover-cluster",
 		Summary: "the hash's slot fails over to its replica (CLUSTER FAILOVER) mid-run; acquisitions must follow the slot " +
 			"to its new owner (progress)." + failoverNote,
 		Topo: clusterTopo, Workload: leaseWorkload, Nemesis: clusterFailover(leaseSlotKey),
-		Properties: []Property{{Checker: "exclusion"}, {Checker: "lease-protocol"}}, Check: drift, Impls: []string{"prim"},
+		Properties: []Property{{Checker: "exclusion"}, {Checker: "lease-protocol"}}, Check: drift, Impls: []string{"prim"}, Requires: []Feature{HashFieldExpiry},
 	})
 }

@@ -129,7 +129,7 @@ func init() {
 		Summary:    "clients contend for three named leases in one hash, renew and release; no faults. Exclusion per field must hold.",
 		Topo:       standalone,
 		Workload:   leaseWorkload,
-		Properties: props, Check: drift, Impls: []string{"prim"},
+		Properties: props, Check: drift, Impls: []string{"prim"}, Requires: []Feature{HashFieldExpiry},
 	})
 	Register(&Scenario{
 		Name: "hash-lease/partition",
@@ -140,7 +140,7 @@ func init() {
 		Nemesis: func(r *rand.Rand, d, _ time.Duration) []Event {
 			return partitionClients(r, d, 1500*time.Millisecond, 500*time.Millisecond)
 		},
-		Properties: props, Check: drift, Impls: []string{"prim"},
+		Properties: props, Check: drift, Impls: []string{"prim"}, Requires: []Feature{HashFieldExpiry},
 	})
 	Register(&Scenario{
 		Name: "hash-lease/expiry-race",
@@ -160,6 +160,7 @@ func init() {
 		Properties: []Property{{Checker: "exclusion"}, {Checker: "lease-protocol"}, {Checker: "liveness"}},
 		Check:      models.Options{Drift: 20 * time.Millisecond, WakeBound: 500 * time.Millisecond},
 		Impls:      []string{"prim"},
+		Requires:   []Feature{HashFieldExpiry},
 	})
 	Register(&Scenario{
 		Name: "hash-lease/old-server",

@@ -295,6 +295,10 @@ type Outcome struct {
 	// certificate was checked.
 	Transport string `json:"transport,omitempty"`
 	Error     string `json:"error,omitempty"`
+	// Unsupported, when set, says which feature the server lacks that the
+	// scenario requires (Scenario.Requires): the run ran nothing, and its
+	// verdict and every property's are N/A.
+	Unsupported string `json:"unsupported,omitempty"`
 	// Records is the history, for writing as JSONL.
 	Records []history.Op `json:"-"`
 	// Header is the history's header line: the run's expectations and
@@ -516,6 +520,11 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 		if env.NodeClients == nil {
 			env.Clients[i].AddHook(ownerHook{})
 		}
+	}
+	// A server without a feature the primitive needs (hash-field expiry)
+	// runs nothing: N/A naming it, not a verdict on the primitive.
+	if why := s.lacking(ctx, env.Clients[0], env.Key("coordtorture:requires")); why != "" {
+		return unsupported(s, cfg, impl.Name(), buildName, provider, target, transport, why), nil
 	}
 	events := s.Schedule(cfg.Seed, cfg.Duration, cfg.TTL)
 	// The nemesis records its events in the history as one more process.
@@ -767,9 +776,10 @@ func Run(ctx context.Context, s *Scenario, cfg Config) (*Outcome, error) {
 	for k, p := range s.Properties {
 		r, v, _ := models.CheckProperty(h, p, out.Header.Properties[k].NotChecked, check, effects)
 		out.Results = append(out.Results, PropertyResult{Property: p, Checker: p.Checker, Expect: p.Expect.String(), Verdict: v, Result: r})
-		if v != NA {
-			vs = append(vs, v)
-		}
+		// N/A too: models.Overall leaves it to the other properties, and a
+		// run whose every property had nothing to check is UNKNOWN, as
+		// fencecheck judges the same history.
+		vs = append(vs, v)
 	}
 	// A fault that did not happen as scheduled leaves the scenario untested:
 	// it cannot PASS (a FAIL found anyway still stands).
@@ -825,6 +835,22 @@ func notRun(s *Scenario, cfg Config, impl, why string) *Outcome {
 	}
 	return &Outcome{Scenario: s.Name, Build: b, Impl: impl, Seed: cfg.Seed, Clients: cfg.Clients, Duration: cfg.Duration,
 		TTL: cfg.TTL, Verdict: Unknown, Provider: provider, Error: s.Name + notRunSep + why}
+}
+
+// unsupported is the outcome of a run on a server that lacks a feature the
+// scenario requires (Scenario.Requires), asked before the workload: N/A,
+// every property N/A with why (no history: nothing ran). It checked nothing,
+// so a run of such outcomes alone is UNKNOWN (reports.Run.Overall), but
+// beside runs that checked something it leaves the verdict to them: a
+// matrix over builds with and without the feature can PASS.
+func unsupported(s *Scenario, cfg Config, impl, build, provider, target, transport, why string) *Outcome {
+	o := &Outcome{Scenario: s.Name, Build: build, Impl: impl, Seed: cfg.Seed, Clients: cfg.Clients, Duration: cfg.Duration,
+		TTL: cfg.TTL, Verdict: NA, Provider: provider, Target: target, Transport: transport, Unsupported: why}
+	for _, p := range s.Properties {
+		o.Results = append(o.Results, PropertyResult{Property: p, Checker: p.Checker, Expect: p.Expect.String(), Verdict: NA,
+			Result: models.Result{Checker: p.Checker, Verdict: models.Unknown, Summary: why}})
+	}
+	return o
 }
 
 func startTopology(ctx context.Context, t Topology, cfg Config) (*testbed.Topology, error) {

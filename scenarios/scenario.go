@@ -188,6 +188,67 @@ type Scenario struct {
 	// data (history.HeaderProperty.Reads), and the checker of package
 	// models judges them with the history, in the run and offline alike.
 	Reads map[string]Read
+	// Requires lists the server features the scenario's primitive cannot
+	// work without (hash-field expiry for named leases). Before the
+	// workload the run asks the server for each (Feature.Lacks); a server
+	// that lacks one runs nothing, and every property is N/A naming the
+	// missing feature: what the server cannot do is not a verdict on the
+	// primitive (the run's outcome is N/A, see Run).
+	Requires []Feature
+}
+
+// Feature is a server feature a scenario needs, and how to learn whether a
+// server has it.
+type Feature struct {
+	// Name names it ("hash-field expiry").
+	Name string
+	// Where says which servers have it ("Redis 7.4+ and Valkey 9.0+").
+	Where string
+	// Lacks asks the server through c, with a command that cannot write
+	// (key does not exist), whether it lacks the feature: the server's
+	// answer when it does ("ERR unknown command 'HPTTL'…"), "" when it
+	// has it or the answer does not tell (a refusal by ACL, a timeout:
+	// the workload then runs and meets it as the primitive would).
+	Lacks func(ctx context.Context, c redis.UniversalClient, key string) string
+}
+
+// HashFieldExpiry is hash-field expiry (HPEXPIRE, HPTTL), which prim's
+// named hash-field leases need: a server without it (Redis before 7.4,
+// Valkey before 9.0) refuses them with prim.ErrFeatureUnsupported.
+var HashFieldExpiry = Feature{Name: "hash-field expiry (HPEXPIRE/HPTTL)", Where: "Redis 7.4+ and Valkey 9.0+",
+	Lacks: func(ctx context.Context, c redis.UniversalClient, key string) string {
+		err := c.Do(ctx, "HPTTL", key, "FIELDS", 1, "f").Err()
+		if err != nil && strings.Contains(strings.ToLower(err.Error()), "unknown command") {
+			msg, _, _ := strings.Cut(err.Error(), ", with args") // the key is the run's: not worth showing
+			return msg
+		}
+		return ""
+	}}
+
+// lacking reports the first feature of s.Requires the server lacks, asked
+// through c on the scenario's own (prefixed) probe key: why, naming the
+// feature, the server's answer and where the feature exists; "" when the
+// server has every one (or did not tell).
+func (s *Scenario) lacking(ctx context.Context, c redis.UniversalClient, key string) string {
+	for _, f := range s.Requires {
+		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		answer := f.Lacks(qctx, c, key)
+		cancel()
+		if answer != "" {
+			return fmt.Sprintf("the server has no %s (it answered %q), which %s needs: it exists in %s (coordtorture preflight says so too)",
+				f.Name, answer, s.primitive(), f.Where)
+		}
+	}
+	return ""
+}
+
+// primitive names, for a message, what the scenario's family exercises.
+func (s *Scenario) primitive() string {
+	family, _, _ := strings.Cut(s.Name, "/")
+	if family == "hash-lease" {
+		return "a hash-field lease"
+	}
+	return family
 }
 
 // Read reads, after the workload while the servers are still up, the

@@ -743,6 +743,8 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 			done = "not run: see below" // too short for what it states against the ttl
 		case o.Error != "":
 			done = "the run went wrong: see below"
+		case o.Unsupported != "":
+			done = "not run: the server lacks what it needs, see below"
 		}
 		outMu.Lock()
 		if bar {
