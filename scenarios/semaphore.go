@@ -271,7 +271,10 @@ func keptOwners(h *history.History) map[string]bool {
 // the semaphore's sorted set, models.PermitKept for no deadline,
 // models.PermitAbsent when it is gone. The no-expiry-kept checker judges
 // them with the history (the design's promise: only a release ends such a
-// permit; and the proof that the crash happened).
+// permit; and the proof that the crash happened). On an external deployment
+// it reads through the run's own client, as the ACL user (ZSCORE is among
+// the semaphore's commands, prim.ACLSemaphore), on the primary its client
+// routes to, before the run's keys are deleted.
 func readNoExpiryKept(ctx context.Context, env *Env, h *history.History) []history.ServerRead {
 	crashed := models.CrashedPermits(h)
 	if len(crashed) == 0 {
@@ -301,10 +304,14 @@ func readNoExpiryKept(ctx context.Context, env *Env, h *history.History) []histo
 }
 
 // semPrimary is an admin client of the node that holds the semaphore's key
-// as a primary, and the node's name.
-func semPrimary(ctx context.Context, env *Env) (*redis.Client, string, error) {
+// as a primary, and the node's name; on an external deployment, the run's
+// first client (its reads go to the primary), named "external".
+func semPrimary(ctx context.Context, env *Env) (redis.Cmdable, string, error) {
 	if env.Topo == nil {
-		return nil, "", errors.New("an external deployment")
+		if len(env.Clients) == 0 {
+			return nil, "", errors.New("an external deployment without a client")
+		}
+		return env.Clients[0], "external", nil
 	}
 	for _, n := range env.Topo.Nodes() {
 		a := n.Admin()

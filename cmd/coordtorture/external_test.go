@@ -73,3 +73,28 @@ func TestExternalProvider(t *testing.T) {
 		t.Errorf("unreachable deployment: exit %d after %v, stdout %q, stderr %q", code, time.Since(start), out.String(), errb.String())
 	}
 }
+
+// TestExternalDefaultSelectionPasses: `run --provider external` of the
+// default selection (every scenario; those that need faults or a topology of
+// their own are skipped) against a healthy deployment exits 0, and no
+// scenario is UNKNOWN for what an external deployment cannot give
+// (semaphore/no-expiry-crash was: it could not read the crashed holder's
+// permit on a server the harness did not start, though the run's own client
+// can). On a build without hash-field expiry the hash-lease scenarios are
+// N/A naming it, never UNKNOWN.
+func TestExternalDefaultSelectionPasses(t *testing.T) {
+	topo := testbed.Standalone(t, build())
+	dir := t.TempDir()
+	var out, errb bytes.Buffer
+	args := []string{"run", "--provider", "external", "--addr", topo.Node("n1").DirectAddr(), "--duration", "3s", "--seed", "11",
+		"--out", filepath.Join(dir, "ext")}
+	code := run(args, &out, &errb)
+	if code != 0 || strings.Contains(out.String(), "UNKNOWN") || strings.Contains(out.String(), "FAIL") {
+		t.Fatalf("external run of the default selection: exit %d, want 0 without UNKNOWN\n%s\n%s", code, out.String(), errb.String())
+	}
+	for _, want := range []string{"semaphore/no-expiry-crash [prim, external] PASS", "fenced-lock/baseline [prim, external] PASS"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("no %q:\n%s", want, out.String())
+		}
+	}
+}
