@@ -24,8 +24,13 @@ read from $COORDTORTURE_PASSWORD, as for run --provider external; with
 --master-name the sentinels are asked as --sentinel-user, password from
 $COORDTORTURE_SENTINEL_PASSWORD, or as their default user). It writes
 nothing: it reads INFO and CONFIG, runs a script that only reads TIME, and
-probes the fast commands (HPTTL, DELEX … IFEQ, SET … IFEQ) on a key that does
-not exist, in forms that cannot create it.
+probes the fast commands (HPTTL, DELEX … IFEQ, SET … IFEQ) on the first --key
+(so that the user's key patterns allow them; without --key, a random key that
+does not exist), in forms that cannot create or change it. --primitives
+narrows every section to the primitives named: the capabilities they need,
+the checks and guarantees that concern them, the scenarios named. Several
+addresses without --cluster or --master-name are taken as a Cluster's nodes
+(the server line says so; standalone servers are an error saying it).
 
 One line per check, OK, WARN or FAIL, with the reason, what to change (→) and
 the harness scenario that shows the hazard:
@@ -34,7 +39,9 @@ the harness scenario that shows the hazard:
                            verified; WARN for plaintext or --tls-insecure
   capability/…             what the server answers to Lua+TIME, CLIENT TRACKING,
                            hash-field expiry, DELEX, SET IFEQ, INCREX
-  primitive/…              per primitive: whether what it needs exists
+  primitive/…              per primitive: whether what it needs exists and
+                           the user may run it (a refused EVAL/EVALSHA, or
+                           hash-field expiry for hash-lease: FAIL)
   maxmemory-policy         an evicting policy: FAIL with fenced locks (eviction
                            can drop fencing counters), WARN otherwise
   persistence              appendonly/appendfsync; none: WARN (tokens may

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -48,5 +49,31 @@ func TestPreflightCLI(t *testing.T) {
 	if code := run([]string{"preflight", "--addr", addr, "--primitives", "rate-limiters,semaphore"}, &out, &errb); code != 0 ||
 		!strings.Contains(out.String(), "WARN  maxmemory-policy") {
 		t.Errorf("--primitives: exit %d\n%s", code, out.String())
+	}
+}
+
+// TestPreflightFailsWhatCannotWork: through the CLI, a user who may not run
+// EVAL/EVALSHA is exit 1 with its primitives FAIL (it was 0: WARN "could
+// not be probed"); two standalone servers given without --cluster exit 2
+// saying a Cluster was assumed (it said only "cluster support disabled").
+func TestPreflightFailsWhatCannotWork(t *testing.T) {
+	topo := testbed.Standalone(t, build())
+	addr := topo.Node("n1").DirectAddr()
+	if err := topo.Node("n1").Admin().Do(context.Background(), "ACL", "SETUSER", "noeval", "on", ">pw", "~*", "&*", "+@all",
+		"-eval", "-evalsha", "-acl", "-multi").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("COORDTORTURE_PASSWORD", "pw")
+	var out, errb bytes.Buffer
+	if code := run([]string{"preflight", "--addr", addr, "--user", "noeval", "--primitives", "semaphore"}, &out, &errb); code != 1 ||
+		!strings.Contains(out.String(), "FAIL  primitive/semaphore") || !strings.Contains(out.String(), "+eval +evalsha") {
+		t.Errorf("a user without EVAL: exit %d\n%s%s", code, out.String(), errb.String())
+	}
+	other := testbed.Standalone(t, build())
+	out.Reset()
+	errb.Reset()
+	if code := run([]string{"preflight", "--addr", addr + "," + other.Node("n1").DirectAddr()}, &out, &errb); code != 2 ||
+		!strings.Contains(errb.String(), "several addresses without --cluster") {
+		t.Errorf("two standalone servers: exit %d\n%s%s", code, out.String(), errb.String())
 	}
 }

@@ -11,8 +11,9 @@
 // scenario that shows the hazard when it does not hold.
 //
 // Preflight writes nothing (unless [Options.WriteProbe] asks it to): it reads INFO and CONFIG, runs a script that only
-// reads the server's clock, and probes commands on a random key that does not
-// exist in forms that cannot create it (HPTTL, DELEX … IFEQ, SET … IFEQ, whose
+// reads the server's clock, and probes commands on the first of
+// [Options.Keys] (a random key that does not exist without them) in forms
+// that cannot create or change it (HPTTL, DELEX … IFEQ, SET … IFEQ, whose
 // comparison value is random). The script cache and the connection list are
 // the only server state it touches, and the ACL log when ACL DRYRUN cannot be
 // used: the commands it then queues in a discarded transaction (never run)
@@ -148,13 +149,17 @@ type Options struct {
 	// (the system's CAs) without.
 	TLS       bool
 	TLSConfig *tls.Config
-	// Primitives restricts the per-primitive checks to the ones a service uses
-	// (default: all). An evicting policy is a FAIL only when fenced-lock is
+	// Primitives restricts the report to the primitives a service uses
+	// (default: all): the capability probes they need, the primitive and
+	// ACL lines, the wording and scenarios of the configuration lines, and
+	// the guarantees. An evicting policy is a FAIL only when fenced-lock is
 	// among them.
 	Primitives []string
 	// Keys are keys of the service's, one per key pattern its ACL user
 	// names, so the ACL checks match those patterns (default
 	// "coordtorture:preflight"); each is checked; derived keys append ":…".
+	// The capability probes run on the first (in forms that cannot write
+	// it), and the write probe's keys are under it.
 	Keys []string
 	// ClockWarn: a client-versus-server clock offset above it is a WARN
 	// (default 100ms).
@@ -193,7 +198,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 	o.Keys = slices.DeleteFunc(slices.Clone(o.Keys), func(k string) bool { return k == "" })
-	if len(o.Keys) == 0 {
+	keysGiven := len(o.Keys) > 0
+	if !keysGiven {
 		o.Keys = []string{"coordtorture:preflight"}
 	}
 	if o.ClockWarn <= 0 {
@@ -205,7 +211,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.TLS && o.TLSConfig == nil {
 		o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
-	p := &run{o: o, r: &Report{Target: strings.Join(o.Addrs, ","), Topology: "standalone"}}
+	p := &run{o: o, keysGiven: keysGiven, r: &Report{Target: strings.Join(o.Addrs, ","), Topology: "standalone"}}
 	// One connection first, as the clients will connect: a plaintext client
 	// on a TLS-only port (or the reverse) is told so at once, not after the
 	// client's retries.
@@ -223,7 +229,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 }
 
 type run struct {
-	o         Options
+	o Options
+	// keysGiven: the keys are the service's (--key), not the default.
+	keysGiven bool
 	transport tlsopt.Result
 	r         *Report
 	client    redis.UniversalClient
@@ -232,9 +240,11 @@ type run struct {
 	facts     facts
 }
 
-// caps is what the server answered to the fast commands.
+// caps is what the server answered to the fast commands; refused holds,
+// for a probe the ACL refused (denied), the server's answer.
 type caps struct {
 	lua, tracking, hfe, delex, setIfeq, increx tristate
+	refused                                    map[*tristate]string
 }
 
 // facts are what the guarantees are decided from.
@@ -249,14 +259,16 @@ type facts struct {
 	waitDenied                bool
 }
 
-// tristate: a capability present, absent, or not known (the probe was refused
-// or failed).
+// tristate: a capability present, absent, not known (the probe failed or
+// was not sent), or denied: the user may not run the probe (an ACL
+// refusal), which the primitives that need it cannot do without.
 type tristate int
 
 const (
 	unknown tristate = iota
 	present
 	absent
+	denied
 )
 
 func (p *run) uses(prim string) bool { return slices.Contains(p.o.Primitives, prim) }
@@ -292,6 +304,10 @@ func (p *run) connect(ctx context.Context) error {
 	// not (a cluster client's PING first asks CLUSTER SLOTS: review).
 	if err := p.client.Ping(cctx).Err(); err != nil && !tlsopt.PingRefused(err) {
 		p.client.Close()
+		if p.assumed() != "" {
+			return fmt.Errorf("%w %s: %v (%s: for a standalone server give one address, for Sentinel --master-name with the sentinels' addresses)",
+				ErrConnect, p.r.Target, err, strings.TrimPrefix(p.assumed(), "; "))
+		}
 		return fmt.Errorf("%w %s: %v%s", ErrConnect, p.r.Target, err, p.authHint(err))
 	}
 	if cc, ok := p.client.(*redis.ClusterClient); ok {
@@ -312,6 +328,15 @@ func (p *run) connect(ctx context.Context) error {
 }
 
 func (p *run) close() { p.client.Close() }
+
+// assumed says what preflight took several addresses without --cluster or
+// --master-name for ("" otherwise), for the server line and the error.
+func (p *run) assumed() string {
+	if len(p.o.Addrs) > 1 && !p.o.Cluster && p.o.MasterName == "" {
+		return "; several addresses without --cluster: taken as a Cluster's nodes"
+	}
+	return ""
+}
 
 func (p *run) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, p.o.Timeout)
@@ -402,9 +427,28 @@ func (p *run) checkServer(ctx context.Context) {
 	c := p.nodes[0]
 	cctx, cancel := p.ctx(ctx)
 	defer cancel()
+	if u, err := c.Do(cctx, "ACL", "WHOAMI").Text(); err == nil {
+		p.r.User = u
+	} else if p.o.Username != "" {
+		p.r.User = p.o.Username
+	} else {
+		p.r.User = "default"
+	}
 	m, err := info(cctx, c, "server")
 	if err != nil {
-		p.add(Check{Name: "server", Status: Warn, Reason: "INFO server refused: " + err.Error(), Fix: "allow INFO for this user (+info)"})
+		// HELLO without a protocol version changes nothing on the
+		// connection and names the server and its version.
+		reason := "INFO server refused: " + err.Error()
+		if hello, herr := c.Do(cctx, "HELLO").Result(); herr == nil {
+			if hm, ok := hello.(map[any]any); ok {
+				p.r.Server, _ = hm["server"].(string)
+				p.r.Version, _ = hm["version"].(string)
+			}
+		}
+		if p.r.Version != "" {
+			reason = fmt.Sprintf("%s %s (from HELLO), %s%s; %s", p.r.Server, p.r.Version, p.r.Topology, p.assumed(), reason)
+		}
+		p.add(Check{Name: "server", Status: Warn, Reason: reason, Fix: "allow INFO for this user (+info)"})
 		return
 	}
 	p.r.Server, p.r.Version = "redis", m["redis_version"]
@@ -413,13 +457,6 @@ func (p *run) checkServer(ctx context.Context) {
 		if v != "" {
 			p.r.Version = v
 		}
-	}
-	if u, err := c.Do(cctx, "ACL", "WHOAMI").Text(); err == nil {
-		p.r.User = u
-	} else if p.o.Username != "" {
-		p.r.User = p.o.Username
-	} else {
-		p.r.User = "default"
 	}
 	major, minor := versionOf(p.r.Version)
 	floor := 7
@@ -430,6 +467,7 @@ func (p *run) checkServer(ctx context.Context) {
 	if len(p.nodes) > 1 {
 		desc += fmt.Sprintf(" (%d primaries)", len(p.nodes))
 	}
+	desc += p.assumed()
 	for _, other := range p.nodes[1:] {
 		if m2, err := info(cctx, other, "server"); err == nil {
 			v2 := m2["redis_version"]
@@ -485,7 +523,7 @@ func judge(err error, setOption bool) (tristate, string) {
 		msg, _, _ := strings.Cut(err.Error(), ", with args") // the key is random: not worth showing
 		return absent, msg
 	case noperm(err):
-		return unknown, "refused by ACL: " + err.Error()
+		return denied, err.Error()
 	}
 	var re redis.Error
 	if errors.As(err, &re) {
@@ -500,20 +538,36 @@ func randomHex() string {
 	return hex.EncodeToString(b)
 }
 
-// probeCaps asks the server, as prim does, with commands that cannot write.
+// probeCaps asks the server, as prim does, with commands that cannot write,
+// what the primitives in use need (Options.Primitives): the others' lines
+// are left out. The key probes run on the first --key (Options.Keys), which
+// the user's ACL allows, in forms that cannot create or change it (HPTTL
+// reads; DELEX and SET compare with a random value), or without --key on a
+// random key that does not exist.
 func (p *run) probeCaps(ctx context.Context) {
 	// Seven probes, each bounded by the client's read timeout (Timeout).
 	cctx, cancel := context.WithTimeout(ctx, 8*p.o.Timeout)
 	defer cancel()
+	p.caps.refused = map[*tristate]string{}
 	key := "coordtorture:preflight:probe:" + randomHex() // does not exist
+	if p.keysGiven {
+		key = p.o.Keys[0]
+	}
 	token := randomHex()
 	var why string
+	probe := func(t *tristate, err error, setOption bool) {
+		*t, why = judge(err, setOption)
+		if *t == denied {
+			p.caps.refused[t] = why
+		}
+	}
 
 	// Lua and TIME (the rw leases, semaphores and rate limiters read the
 	// server's clock inside their scripts; effects replication is what lets
-	// a script write after TIME, always on in Redis 7+ and Valkey).
+	// a script write after TIME, always on in Redis 7+ and Valkey). Every
+	// primitive runs scripts.
 	err := p.client.Eval(cctx, "return redis.call('TIME')", nil).Err()
-	p.caps.lua, why = judge(err, false)
+	probe(&p.caps.lua, err, false)
 	if err != nil && p.caps.lua == present {
 		p.caps.lua, why = absent, err.Error() // a script error: scripting is unusable
 	}
@@ -521,51 +575,64 @@ func (p *run) probeCaps(ctx context.Context) {
 		"scripting must be enabled (every primitive runs Lua scripts)")
 
 	// CLIENT TRACKING with REDIRECT, on two connections of their own.
-	p.caps.tracking, why = p.probeTracking(cctx)
-	p.capLine("client-tracking", p.caps.tracking, why, "CLIENT TRACKING ON REDIRECT works: waiters wake on invalidations",
-		"waiting acquisitions and latch waits fall back to polling")
-
-	// Hash-field expiry: HPTTL of a field of a key that does not exist.
-	err = p.client.Do(cctx, "HPTTL", key, "FIELDS", 1, "f").Err()
-	p.caps.hfe, why = judge(err, false)
-	p.capLine("hash-field-expiry", p.caps.hfe, why, "HPTTL/HPEXPIRE exist (Redis 7.4+, Valkey 9+)",
-		"hash-field leases need Redis 7.4+ or Valkey 9+ (ErrFeatureUnsupported)")
-
-	// DELEX key IFEQ random: no key, so nothing can be deleted.
-	err = p.client.Do(cctx, "DELEX", key, "IFEQ", token).Err()
-	p.caps.delex, why = judge(err, false)
-	p.capLine("delex", p.caps.delex, why, "DELEX … IFEQ exists: releases are one command",
-		"releases use the release script (same guarantees, more server work)")
-
-	// SET key v IFEQ random PX: never creates a missing key.
-	err = p.client.Do(cctx, "SET", key, token, "IFEQ", token+"x", "PX", 1000).Err()
-	p.caps.setIfeq, why = judge(err, true)
-	p.capLine("set-ifeq", p.caps.setIfeq, why, "SET … IFEQ … PX exists: renewals are one command",
-		"renewals use the renewal script (same guarantees, more server work)")
-
-	// INCREX: the command itself could create its key, so the server's
-	// command table answers instead (COMMAND INFO: an empty entry when absent).
-	v, err := p.client.Do(cctx, "COMMAND", "INFO", "INCREX").Slice()
-	switch {
-	case err != nil:
-		p.caps.increx, why = unknown, err.Error()
-	case len(v) == 0 || v[0] == nil:
-		p.caps.increx, why = absent, "COMMAND INFO INCREX: no such command"
-	default:
-		p.caps.increx = present
+	if p.uses(Waiting) || p.uses(Latch) {
+		p.caps.tracking, why = p.probeTracking(cctx)
+		if p.caps.tracking == denied {
+			p.caps.refused[&p.caps.tracking] = why
+		}
+		p.capLine("client-tracking", p.caps.tracking, why, "CLIENT TRACKING ON REDIRECT works: waiters wake on invalidations",
+			"waiting acquisitions and latch waits fall back to polling")
 	}
-	p.capLine("increx", p.caps.increx, why, "INCREX exists (Redis 8.8+): the fixed window is one command",
-		"the fixed-window limiter uses its script (same guarantees)")
+
+	// Hash-field expiry: HPTTL of a field (read-only).
+	if p.uses(HashLease) {
+		probe(&p.caps.hfe, p.client.Do(cctx, "HPTTL", key, "FIELDS", 1, "f").Err(), false)
+		p.capLine("hash-field-expiry", p.caps.hfe, why, "HPTTL/HPEXPIRE exist (Redis 7.4+, Valkey 9+)",
+			"hash-field leases need Redis 7.4+ or Valkey 9+ (ErrFeatureUnsupported)")
+	}
+
+	if p.uses(FencedLock) || p.uses(Waiting) {
+		// DELEX key IFEQ random: never equal, so nothing can be deleted.
+		probe(&p.caps.delex, p.client.Do(cctx, "DELEX", key, "IFEQ", token).Err(), false)
+		p.capLine("delex", p.caps.delex, why, "DELEX … IFEQ exists: releases are one command",
+			"releases use the release script (same guarantees, more server work)")
+
+		// SET key v IFEQ random PX: never equal, and never creates a
+		// missing key.
+		probe(&p.caps.setIfeq, p.client.Do(cctx, "SET", key, token, "IFEQ", token+"x", "PX", 1000).Err(), true)
+		p.capLine("set-ifeq", p.caps.setIfeq, why, "SET … IFEQ … PX exists: renewals are one command",
+			"renewals use the renewal script (same guarantees, more server work)")
+	}
+
+	if p.uses(RateLimiters) {
+		// INCREX: the command itself could create its key, so the server's
+		// command table answers instead (COMMAND INFO: an empty entry when absent).
+		v, err := p.client.Do(cctx, "COMMAND", "INFO", "INCREX").Slice()
+		switch {
+		case err != nil:
+			p.caps.increx, why = unknown, err.Error()
+		case len(v) == 0 || v[0] == nil:
+			p.caps.increx, why = absent, "COMMAND INFO INCREX: no such command"
+		default:
+			p.caps.increx = present
+		}
+		p.capLine("increx", p.caps.increx, why, "INCREX exists (Redis 8.8+): the fixed window is one command",
+			"the fixed-window limiter uses its script (same guarantees)")
+	}
 }
 
 // capLine adds a capability line: absent fast paths are OK (prim falls back),
-// absent needs are settled by the primitive lines.
+// absent needs are settled by the primitive lines, and so are refusals (a
+// FAIL there for a primitive that cannot do without).
 func (p *run) capLine(name string, t tristate, why, yes, no string) {
 	switch t {
 	case present:
 		p.add(Check{Name: "capability/" + name, Status: OK, Reason: yes})
 	case absent:
 		p.add(Check{Name: "capability/" + name, Status: OK, Reason: "absent (" + why + "): " + no})
+	case denied:
+		p.add(Check{Name: "capability/" + name, Status: Warn, Reason: "not probed: this user may not run it (" + why + "); the primitive lines say what that costs",
+			Fix: "grant it to the user (go doc ./prim lists each primitive's permissions)"})
 	default:
 		p.add(Check{Name: "capability/" + name, Status: Warn, Reason: "could not be probed: " + why,
 			Fix: "allow the command for this user, or check it by hand"})
@@ -598,7 +665,7 @@ func (p *run) probeTracking(ctx context.Context) (tristate, string) {
 		return present, ""
 	}
 	if noperm(err) {
-		return unknown, "refused by ACL: " + err.Error()
+		return denied, err.Error()
 	}
 	var re redis.Error
 	if errors.As(err, &re) {
@@ -607,13 +674,18 @@ func (p *run) probeTracking(ctx context.Context) (tristate, string) {
 	return unknown, err.Error()
 }
 
-// checkPrimitives says, per primitive in use, whether what it needs exists.
+// checkPrimitives says, per primitive in use, whether what it needs exists
+// and whether the user may use it: a need whose probe the ACL refused
+// (denied) is FAIL, as an absent one: the primitive cannot work for this
+// user (a soft need, a WARN: it works degraded).
 func (p *run) checkPrimitives() {
-	need := func(prim string, reqs ...struct {
+	type req = struct {
 		t    tristate
 		what string
-		soft bool // WARN: the primitive works without, degraded
-	}) {
+		soft bool   // WARN: the primitive works without, degraded
+		fix  string // the grant when the user is refused it
+	}
+	need := func(prim string, reqs ...req) {
 		if !p.uses(prim) {
 			return
 		}
@@ -632,11 +704,23 @@ func (p *run) checkPrimitives() {
 					switch {
 					case r.soft:
 						fix = "a server with CLIENT TRACKING (Redis 6+, Valkey): without it waiting polls"
-					case r.t == p.caps.hfe && r.what == "hash-field expiry":
+					case r.what == "hash-field expiry":
 						fix = "upgrade to Redis 7.4+ or Valkey 9+, or leave hash-lease out of --primitives"
 					default:
 						fix = "enable Lua scripting (EVAL, EVALSHA)"
 					}
+				}
+			case denied:
+				why := p.caps.refused[p.capOf(r.what)]
+				if r.soft {
+					st = worse(st, Warn)
+					var_ = append(var_, r.what+" refused to this user ("+why+"): waiting polls")
+				} else {
+					st = Fail
+					var_ = append(var_, r.what+" refused to this user ("+why+"): "+prim+" cannot work")
+				}
+				if fix == "" {
+					fix = "ACL SETUSER " + p.userName() + " " + r.fix + " (go doc ./prim lists " + prim + "'s permissions)"
 				}
 			case unknown:
 				st = worse(st, Warn)
@@ -656,19 +740,17 @@ func (p *run) checkPrimitives() {
 		}
 		p.add(Check{Name: "primitive/" + prim, Status: st, Reason: strings.Join(var_, "; "), Fix: fix})
 	}
-	type req = struct {
-		t    tristate
-		what string
-		soft bool
-	}
-	lua := req{p.caps.lua, "Lua", false}
-	luaTime := req{p.caps.lua, "Lua+TIME", false}
+	const evalGrant = "+eval +evalsha"
+	lua := req{p.caps.lua, "Lua", false, evalGrant}
+	luaTime := req{p.caps.lua, "Lua+TIME", false, evalGrant + " +time"}
+	tracking := req{p.caps.tracking, "CLIENT TRACKING", true, "+client|id +client|tracking +subscribe &__redis__:invalidate"}
 	need(FencedLock, lua)
-	need(Waiting, lua, req{p.caps.tracking, "CLIENT TRACKING", true})
-	need(HashLease, lua, req{p.caps.hfe, "hash-field expiry", false})
+	need(Waiting, lua, tracking)
+	need(HashLease, lua, req{p.caps.hfe, "hash-field expiry", false, "+hpttl +hpexpire"})
 	need(RWLease, luaTime)
 	need(Semaphore, luaTime)
-	need(Latch, lua, req{p.caps.tracking, "CLIENT TRACKING (Wait)", true})
+	tracking.what = "CLIENT TRACKING (Wait)"
+	need(Latch, lua, tracking)
 	need(RateLimiters, luaTime)
 	need(Redlock, lua)
 	if p.uses(Redlock) {
@@ -676,6 +758,30 @@ func (p *run) checkPrimitives() {
 			c.Reason += " (a Redlock spans three or more independent deployments: run preflight on each)"
 		}
 	}
+}
+
+// capOf is the capability a primitive line's need names.
+func (p *run) capOf(what string) *tristate {
+	switch {
+	case strings.HasPrefix(what, "Lua"):
+		return &p.caps.lua
+	case strings.HasPrefix(what, "CLIENT TRACKING"):
+		return &p.caps.tracking
+	case what == "hash-field expiry":
+		return &p.caps.hfe
+	}
+	return nil
+}
+
+// userName is the user the checks ran as, for a grant to name.
+func (p *run) userName() string {
+	if p.r.User != "" {
+		return p.r.User
+	}
+	if p.o.Username != "" {
+		return p.o.Username
+	}
+	return "default"
 }
 
 func worse(a, b Status) Status {
@@ -711,7 +817,7 @@ func (p *run) checkMemory(ctx context.Context, n *redis.Client) {
 	case limit == "0":
 		p.facts.evictingNoLimit = true
 		p.add(Check{Name: name, Status: Warn, Reason: policy + " with no maxmemory: evicting as soon as a limit is set",
-			Fix: "set maxmemory-policy noeviction", Scenario: "fenced-lock/eviction"})
+			Fix: "set maxmemory-policy noeviction", Scenario: p.scenarioFor(evictionScenarios)})
 	default:
 		p.facts.evicting = true
 		st := Warn
@@ -721,7 +827,7 @@ func (p *run) checkMemory(ctx context.Context, n *redis.Client) {
 			reason = policy + ": eviction can drop fencing counters (tokens regress) and leases"
 		}
 		p.add(Check{Name: name, Status: st, Reason: reason, Fix: "set maxmemory-policy noeviction (or keep coordination keys on a non-evicting deployment)",
-			Scenario: "fenced-lock/eviction"})
+			Scenario: p.scenarioFor(evictionScenarios)})
 	}
 }
 
@@ -741,27 +847,103 @@ func (p *run) checkPersistence(ctx context.Context, n *redis.Client) {
 	switch {
 	case aof && fsyncKnown && fsync == "no":
 		p.add(Check{Name: name, Status: Warn, Reason: "appendonly yes, appendfsync no: a crash of the machine loses what the OS had not flushed",
-			Fix: "appendfsync everysec (or always)", Scenario: "fenced-lock/kill-restart-noaof"})
+			Fix: "appendfsync everysec (or always)", Scenario: p.scenarioFor(restartScenarios)})
 	case aof && fsyncKnown:
 		p.add(Check{Name: name, Status: OK, Reason: "appendonly yes, appendfsync " + fsync})
 	case aof:
 		p.add(Check{Name: name, Status: OK, Reason: "appendonly yes (appendfsync could not be read: CONFIG GET refused)"})
 	case saveKnown && strings.TrimSpace(save) != "":
 		p.facts.rdbOnly = true
-		p.add(Check{Name: name, Status: Warn, Reason: "RDB snapshots only (save " + save + "): a restart loses the writes since the last snapshot; tokens may regress",
-			Fix: "appendonly yes, appendfsync everysec or always", Scenario: "fenced-lock/kill-restart-noaof"})
+		p.add(Check{Name: name, Status: Warn, Reason: "RDB snapshots only (save " + save + "): a restart loses the writes since the last snapshot; " + p.restartLoses(),
+			Fix: "appendonly yes, appendfsync everysec or always", Scenario: p.scenarioFor(restartScenarios)})
 	default:
 		p.facts.noPersistence = true
-		p.add(Check{Name: name, Status: Warn, Reason: "no persistence (appendonly no, no snapshots): a restart empties the dataset; tokens may regress",
-			Fix: "appendonly yes, appendfsync everysec or always", Scenario: "fenced-lock/kill-restart-noaof"})
+		p.add(Check{Name: name, Status: Warn, Reason: "no persistence (appendonly no, no snapshots): a restart empties the dataset; " + p.restartLoses(),
+			Fix: "appendonly yes, appendfsync everysec or always", Scenario: p.scenarioFor(restartScenarios)})
 	}
+}
+
+// Scenarios that show a hazard, per primitive in report order: scenarioFor
+// names the first whose primitive is in use, so a report narrowed by
+// --primitives names only scenarios of those primitives.
+var (
+	restartScenarios = []string{FencedLock, "fenced-lock/kill-restart-noaof", Waiting, "fenced-lock/kill-restart-noaof",
+		Semaphore, "semaphore/kill-restart-noaof", RateLimiters, "ratelimit/fixed/kill-restart-noaof", Redlock, "redlock/restart-without-persistence"}
+	failoverScenarios = []string{FencedLock, "fenced-lock/failover-forced", Waiting, "fenced-lock/failover-forced",
+		RWLease, "rwlock/failover-forced", Semaphore, "semaphore/failover-forced", Latch, "latch/failover-forced",
+		RateLimiters, "ratelimit/fixed/failover-forced"}
+	clusterFailoverScenarios = []string{FencedLock, "fenced-lock/failover-cluster-force", Waiting, "waiting-lock/failover-cluster",
+		HashLease, "hash-lease/failover-cluster"}
+	leaseFailoverScenarios = []string{Semaphore, "semaphore/failover-forced", FencedLock, "fenced-lock/failover-forced",
+		Waiting, "fenced-lock/failover-forced", RWLease, "rwlock/failover-forced", Latch, "latch/failover-forced"}
+	evictionScenarios = []string{FencedLock, "fenced-lock/eviction", Waiting, "fenced-lock/eviction"}
+	clockScenarios    = []string{FencedLock, "fenced-lock/clock-skew", Waiting, "fenced-lock/clock-skew", RWLease, "rwlock/clock-skew",
+		Semaphore, "semaphore/clock-skew", RateLimiters, "ratelimit/fixed/clock-skew", Redlock, "redlock/clock-skew"}
+	fencingScenarios = []string{FencedLock, "fenced-lock/lose-replies", Waiting, "fenced-lock/lose-replies",
+		Semaphore, "semaphore/partition-client", RWLease, "rwlock/partition-client", HashLease, "hash-lease/partition"}
+	trackingScenarios = []string{Waiting, "waiting-lock/lost-notifications", Latch, "latch/lost-notifications"}
+)
+
+// scenarioFor is the scenario of pairs (primitive, scenario, …) of the
+// first primitive in use; "" when none is.
+func (p *run) scenarioFor(pairs []string) string {
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if p.uses(pairs[i]) {
+			return pairs[i+1]
+		}
+	}
+	return ""
+}
+
+// usesAny reports whether any of prims is in use.
+func (p *run) usesAny(prims ...string) bool { return slices.ContainsFunc(prims, p.uses) }
+
+// fenced reports whether fencing tokens are in use: fenced locks, taken at
+// once or waiting.
+func (p *run) fenced() bool { return p.usesAny(FencedLock, Waiting) }
+
+// restartLoses says what a restart without persistence costs the
+// primitives in use.
+func (p *run) restartLoses() string {
+	var parts []string
+	if p.fenced() {
+		parts = append(parts, "fencing tokens may regress")
+	}
+	if p.usesAny(HashLease, RWLease, Semaphore, Latch, Redlock) || p.fenced() {
+		parts = append(parts, "leases, permits and latches are lost")
+	}
+	if p.uses(RateLimiters) {
+		parts = append(parts, "rate limits start over")
+	}
+	return strings.Join(parts, "; ")
+}
+
+// failoverLoses says what a failover to a replica behind can cost the
+// primitives in use.
+func (p *run) failoverLoses() string {
+	var parts []string
+	if p.fenced() {
+		parts = append(parts, "the last fencing tokens")
+	}
+	if p.usesAny(FencedLock, Waiting, HashLease, RWLease, Semaphore, Latch) {
+		parts = append(parts, "leases, permits and latch counts")
+	}
+	if p.uses(RateLimiters) {
+		parts = append(parts, "the last rate-limit decisions")
+	}
+	if len(parts) == 0 {
+		return "the last writes"
+	}
+	return strings.Join(parts, ", ")
 }
 
 func (p *run) failoverScenario() string {
 	if p.r.Topology == "cluster" {
-		return "fenced-lock/failover-cluster-force"
+		if sc := p.scenarioFor(clusterFailoverScenarios); sc != "" {
+			return sc
+		}
 	}
-	return "fenced-lock/failover-forced"
+	return p.scenarioFor(failoverScenarios)
 }
 
 func (p *run) checkReplication(ctx context.Context, n *redis.Client) {
@@ -807,7 +989,7 @@ func (p *run) checkReplication(ctx context.Context, n *redis.Client) {
 	case maxLag > 1:
 		p.add(Check{Name: name, Status: Warn, Reason: desc + ": replicas lag; a failover now loses more", Fix: "find why the replicas lag (network, load)", Scenario: p.failoverScenario()})
 	case minKnown && minRepl == "0":
-		p.add(Check{Name: name, Status: Warn, Reason: desc + ": asynchronous replication; a failover can lose the last tokens and leases",
+		p.add(Check{Name: name, Status: Warn, Reason: desc + ": asynchronous replication; a failover can lose " + p.failoverLoses(),
 			Fix: "min-replicas-to-write 1 (min-replicas-max-lag 10) narrows the window; only fencing at the resource closes it", Scenario: p.failoverScenario()})
 	default:
 		p.add(Check{Name: name, Status: OK, Reason: desc + " (replication stays asynchronous: see the summary)", Scenario: p.failoverScenario()})
@@ -978,7 +1160,7 @@ func (p *run) checkClock(ctx context.Context, n *redis.Client) {
 	desc := fmt.Sprintf("server clock %+dms from this client's (±%dms)", off.Milliseconds(), (t1.Sub(t0) / 2).Milliseconds())
 	if abs > p.o.ClockWarn {
 		p.add(Check{Name: name, Status: Warn, Reason: desc + fmt.Sprintf(": above %v; the server decides expiry and rate windows, the client estimates them",
-			p.o.ClockWarn), Fix: "synchronize both clocks (NTP/chrony)", Scenario: "fenced-lock/clock-skew"})
+			p.o.ClockWarn), Fix: "synchronize both clocks (NTP/chrony)", Scenario: p.scenarioFor(clockScenarios)})
 		return
 	}
 	p.add(Check{Name: name, Status: OK, Reason: desc})
@@ -988,7 +1170,9 @@ func (p *run) checkLimits(ctx context.Context) {
 	cctx, cancel := p.ctx(ctx)
 	defer cancel()
 	n := p.nodes[0]
-	if v, ok := config(cctx, n, "tracking-table-max-keys"); !ok {
+	if !p.usesAny(Waiting, Latch) {
+		// Only waiting and latch waits track keys.
+	} else if v, ok := config(cctx, n, "tracking-table-max-keys"); !ok {
 		p.add(Check{Name: "tracking-table-max-keys", Status: Warn, Reason: "could not be read (CONFIG GET refused)", Fix: "check it by hand: 0 or at least 100000"})
 	} else if k, _ := strconv.Atoi(v); k != 0 && k < 100000 {
 		p.add(Check{Name: "tracking-table-max-keys", Status: Warn, Reason: v + ": a full table evicts tracked keys, waking waiters for nothing (more traffic, no lost wake-up)",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -11,10 +12,15 @@ import (
 )
 
 // writeProbe runs each primitive in use once through prim, on keys under a
-// random prefix of its own, and deletes every key under that prefix on every
-// primary afterwards (and checks none is left).
+// random prefix of its own (under the first --key, so that the user's key
+// patterns allow them: "orders:1" gives "orders:1:coordtorture-probe:…:"),
+// and deletes every key under that prefix on every primary afterwards (and
+// checks none is left).
 func (p *run) writeProbe(ctx context.Context) {
 	prefix := "coordtorture:preflight:probe:" + randomHex() + ":"
+	if p.keysGiven {
+		prefix = p.o.Keys[0] + ":coordtorture-probe:" + randomHex() + ":"
+	}
 	c := prim.New(p.client).WithPrefix(prefix)
 	ttl := 5 * time.Second
 	probe := func(name string, f func(ctx context.Context) (string, error)) {
@@ -187,6 +193,19 @@ func errOr(err error, msg string) error {
 	return errors.New(msg)
 }
 
+// globEscape escapes the characters SCAN's MATCH reads as a pattern, so
+// that a prefix under a --key of the user's matches only itself.
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
 // sweep deletes the keys under prefix on every primary and returns how many
 // are left.
 func (p *run) sweep(ctx context.Context, prefix string) (int, error) {
@@ -194,7 +213,7 @@ func (p *run) sweep(ctx context.Context, prefix string) (int, error) {
 	for pass := 0; pass < 2; pass++ {
 		left = 0
 		for _, n := range p.nodes {
-			iter := n.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+			iter := n.Scan(ctx, 0, globEscape(prefix)+"*", 1000).Iterator()
 			for iter.Next(ctx) {
 				left++
 				if pass == 0 {
