@@ -85,10 +85,14 @@ func FaultsNotHappened(h *history.History, nemesis bool, scheduled int) []string
 // run's reason for not checking it (history.HeaderProperty.NotChecked: an
 // implementation without fencing tokens, servers the harness does not scan)
 // can be confirmed from the history: leaks without a leak_scan operation,
-// token-order without an acquisition answered with a token. For any other
-// checker, or a history holding what it reads, the reason is not enough:
-// the property is checked.
+// token-order without an acquisition answered with a token, any checker on
+// a history without a single operation (a run on a server that lacked what
+// its scenario needs ran nothing). For any other checker, or a history
+// holding what it reads, the reason is not enough: the property is checked.
 func NothingToCheck(checker string, h *history.History) bool {
+	if len(h.Ops) == 0 {
+		return true
+	}
 	switch checker {
 	case "leaks":
 		return !hasF(history.FLeakScan)(h)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordtorture/coordtorture/history"
 	"github.com/coordtorture/coordtorture/models"
 	"github.com/coordtorture/coordtorture/scenarios"
 	"github.com/coordtorture/coordtorture/testbed"
@@ -65,6 +66,18 @@ func TestHashLeaseWithoutHashFieldExpiryIsNA(t *testing.T) {
 			for _, r := range o.Results {
 				if r.Verdict != scenarios.NA || !strings.Contains(r.Result.Summary, "hash-field expiry") {
 					t.Errorf("%s: %s (%s), want N/A naming hash-field expiry", r.Checker, r.Verdict, r.Result.Summary)
+				}
+			}
+			// fencecheck judges the history file (its header alone) the same:
+			// every property N/A with the reason.
+			if o.Header == nil || len(o.Header.Properties) != len(ss[0].Properties) {
+				t.Fatalf("no header for fencecheck: %+v", o.Header)
+			}
+			h := &history.History{Header: o.Header}
+			for k, p := range ss[0].Properties {
+				r, j, _ := models.CheckProperty(h, p, o.Header.Properties[k].NotChecked, ss[0].Check, nil)
+				if j != models.JudgedNA || !strings.Contains(r.Summary, "hash-field expiry") {
+					t.Errorf("offline, %s: %s (%s), want N/A naming hash-field expiry", p.Checker, j, r.Summary)
 				}
 			}
 			t.Logf("%s: %s", o.Verdict, o.Unsupported)

@@ -846,6 +846,16 @@ func notRun(s *Scenario, cfg Config, impl, why string) *Outcome {
 func unsupported(s *Scenario, cfg Config, impl, build, provider, target, transport, why string) *Outcome {
 	o := &Outcome{Scenario: s.Name, Build: build, Impl: impl, Seed: cfg.Seed, Clients: cfg.Clients, Duration: cfg.Duration,
 		TTL: cfg.TTL, Verdict: NA, Provider: provider, Target: target, Transport: transport, Unsupported: why}
+	// The history file holds the header alone: each property with why it
+	// had nothing to check, so fencecheck says it too.
+	o.Header = &history.Header{Header: history.HeaderMagic, Version: 1, Scenario: s.Name, Impl: impl, Build: build, Seed: cfg.Seed,
+		Clients: cfg.Clients, DurationNs: int64(cfg.Duration), TTLMs: cfg.TTL.Milliseconds(), Nemesis: s.Nemesis != nil,
+		Options: models.HeaderOptions(s.Check)}
+	for _, p := range s.Properties {
+		hp := models.HeaderProperty(p)
+		hp.NotChecked = why
+		o.Header.Properties = append(o.Header.Properties, hp)
+	}
 	for _, p := range s.Properties {
 		o.Results = append(o.Results, PropertyResult{Property: p, Checker: p.Checker, Expect: p.Expect.String(), Verdict: NA,
 			Result: models.Result{Checker: p.Checker, Verdict: models.Unknown, Summary: why}})
