@@ -108,6 +108,14 @@ func TestProbesUseTheKeys(t *testing.T) {
 	if after := state(t, admin); after != before {
 		t.Errorf("the probes wrote: %s, then %s", before, after)
 	}
+	// A --key outside the user's patterns: hash-lease FAIL, telling to give
+	// a key of the service's, not to grant the commands.
+	r = runOK(t, Options{Addrs: []string{topo.Node("n1").Addr}, Dialer: dialer(t, topo), Username: "orders", Password: "pw",
+		Keys: []string{"billing:1"}, Primitives: []string{HashLease}})
+	// (A server without hash-field expiry answers "unknown command" first.)
+	if c := find(t, r, "primitive/"+HashLease); c.Status != Fail || !strings.Contains(c.Fix, "--key") && c.Reason != "hash-field expiry missing" {
+		t.Errorf("a --key outside the user's patterns: %+v, want FAIL telling to give a key of the service's", c)
+	}
 	// The write probe's keys too are under --key (orders:1:coordtorture-probe:…),
 	// so every primitive runs (each was FAIL: NOPERM on coordtorture:preflight:probe:…),
 	// and none is left.

@@ -232,6 +232,8 @@ type run struct {
 	o Options
 	// keysGiven: the keys are the service's (--key), not the default.
 	keysGiven bool
+	// probeKey is the key the capability probes ran on.
+	probeKey  string
 	transport tlsopt.Result
 	r         *Report
 	client    redis.UniversalClient
@@ -304,11 +306,11 @@ func (p *run) connect(ctx context.Context) error {
 	// not (a cluster client's PING first asks CLUSTER SLOTS: review).
 	if err := p.client.Ping(cctx).Err(); err != nil && !tlsopt.PingRefused(err) {
 		p.client.Close()
+		assumed := ""
 		if p.assumed() != "" {
-			return fmt.Errorf("%w %s: %v (%s: for a standalone server give one address, for Sentinel --master-name with the sentinels' addresses)",
-				ErrConnect, p.r.Target, err, strings.TrimPrefix(p.assumed(), "; "))
+			assumed = " (" + strings.TrimPrefix(p.assumed(), "; ") + ": for a standalone server give one address, for Sentinel --master-name with the sentinels' addresses)"
 		}
-		return fmt.Errorf("%w %s: %v%s", ErrConnect, p.r.Target, err, p.authHint(err))
+		return fmt.Errorf("%w %s: %v%s%s", ErrConnect, p.r.Target, err, p.authHint(err), assumed)
 	}
 	if cc, ok := p.client.(*redis.ClusterClient); ok {
 		var mu sync.Mutex
@@ -553,6 +555,7 @@ func (p *run) probeCaps(ctx context.Context) {
 	if p.keysGiven {
 		key = p.o.Keys[0]
 	}
+	p.probeKey = key
 	token := randomHex()
 	var why string
 	probe := func(t *tristate, err error, setOption bool) {
@@ -721,6 +724,9 @@ func (p *run) checkPrimitives() {
 				}
 				if fix == "" {
 					fix = "ACL SETUSER " + p.userName() + " " + r.fix + " (go doc ./prim lists " + prim + "'s permissions)"
+					if strings.Contains(why, "access a key") {
+						fix = "the probe ran on " + p.probeKey + ", which the user's key patterns do not cover: give a key of the service's with --key (or grant the pattern)"
+					}
 				}
 			case unknown:
 				st = worse(st, Warn)
