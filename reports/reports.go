@@ -799,6 +799,57 @@ func WriteJUnit(w io.Writer, r *Run) error {
 	return enc.Encode(out)
 }
 
+// ownFiles are the files a report leaves in a run directory (WriteDir's, and
+// coordtorture's prim.log), report.json last: a removal cut short leaves it,
+// so the directory is still known as a report's. ownDirs are its
+// directories, with the one kind of file it writes in each.
+var (
+	ownFiles = []string{"summary.txt", "junit.xml", "index.html", "prim.log", "report.json"}
+	ownDirs  = []struct{ dir, suffix string }{{"histories", ".jsonl.gz"}, {"viz", ".html"}}
+)
+
+// ClearPrevious removes from dir the outputs of an earlier report written
+// there, when dir holds one (its report.json): summary.txt, junit.xml,
+// index.html, prim.log, report.json, the histories/*.jsonl.gz and the
+// viz/*.html (each directory too when that leaves it empty). Nothing else is
+// touched: a file of the user's stays, in those directories too. Without a
+// report.json it removes nothing (a history there may be anyone's). It
+// reports whether there was an earlier report. A run written into a
+// directory that held another's is then that run's alone: fencecheck,
+// given RUN/histories/*, checks the histories report.json lists (issue:
+// make torture into runs/latest kept the histories of every earlier run).
+func ClearPrevious(dir string) (bool, error) {
+	if _, err := os.Stat(filepath.Join(dir, "report.json")); err != nil {
+		if os.IsNotExist(err) {
+			return false, nil
+		}
+		return false, err
+	}
+	for _, d := range ownDirs {
+		sub := filepath.Join(dir, d.dir)
+		ents, err := os.ReadDir(sub)
+		if err != nil && !os.IsNotExist(err) {
+			return true, err
+		}
+		for _, e := range ents {
+			if e.Type().IsRegular() && strings.HasSuffix(e.Name(), d.suffix) {
+				if err := os.Remove(filepath.Join(sub, e.Name())); err != nil {
+					return true, err
+				}
+			}
+		}
+		if err == nil {
+			_ = os.Remove(sub) // only when empty: a user's file keeps it
+		}
+	}
+	for _, f := range ownFiles {
+		if err := os.Remove(filepath.Join(dir, f)); err != nil && !os.IsNotExist(err) {
+			return true, err
+		}
+	}
+	return true, nil
+}
+
 // WriteDir writes summary.txt, report.json, junit.xml, index.html,
 // histories/*.jsonl.gz and, for every property whose checker drew one, its
 // porcupine visualization (viz/*.html, see VisualizationFile) into dir

@@ -45,7 +45,10 @@ runs what PATTERN selects with those of --impl's implementations only
 Each run writes DIR/summary.txt, report.json, junit.xml, index.html, prim.log (what
 the primitives logged) and histories/*.jsonl.gz (gzip-compressed JSONL; check them
 again with fencecheck: each starts with a header of the run's expectations and
-options, so fencecheck reaches the run's verdicts).
+options, so fencecheck reaches the run's verdicts). A DIR (--out) that holds an
+earlier report (report.json) has that report's files removed first, so that it
+holds one run's: those named above, histories/*.jsonl.gz and viz/*.html; any
+other file stays. A DIR without report.json is written into as it is.
 ` + exitText + `
 Providers: "local" (default) starts the servers itself (make servers fetches them)
 and injects faults. "docker" does the same with every server in a container of
@@ -182,7 +185,7 @@ func (f *runFlags) register(fs *flag.FlagSet, cmd string) {
 	str(forRun|forMatrix, &f.impl, "impl", "prim", "implementation(s) under test, comma-separated, or all (prim and the peers; each runs the scenarios that apply to it): prim, "+strings.Join(scenarios.Peers, ", ")+
 		" (locks; redsync also runs the redlock scenarios on their independent sets), "+strings.Join(scenarios.LimiterPeers, ", ")+" (rate limiters), or a deliberately broken one the checkers must catch: "+
 		strings.Join(scenarios.AllMutants(), ", "))
-	str(all, &f.out, "out", "", "output directory (default runs/<time>)")
+	str(all, &f.out, "out", "", "output directory (default runs/<time>); an earlier report there (report.json) has its files removed first, other files stay")
 	dur(forRun|forMatrix, &f.duration, "duration", 10*time.Second, "workload duration per scenario")
 	dur(all, &f.ttl, "ttl", 500*time.Millisecond, "lock lease duration")
 	f.clients = 8
@@ -649,6 +652,17 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 	out := f.out
 	if out == "" {
 		out = filepath.Join("runs", time.Now().Format("20060102-150405"))
+	}
+	// An --out that holds an earlier report (runs/latest of make torture)
+	// gets this run's alone: the earlier one's files go first, so that no
+	// history of it is left beside this run's (fencecheck RUN/histories/*
+	// would judge them as this run's). Other files stay; a directory with
+	// no report.json is written into as it is.
+	if had, err := reports.ClearPrevious(out); err != nil {
+		fmt.Fprintf(stderr, "coordtorture: removing the earlier report in %s: %v\n", out, err)
+		return 2
+	} else if had {
+		fmt.Fprintf(stdout, "coordtorture: %s held an earlier report: its files (report.json, summary.txt, junit.xml, index.html, prim.log, histories/, viz/) were removed\n", out)
 	}
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		fmt.Fprintf(stderr, "coordtorture: %v\n", err)
