@@ -13,7 +13,8 @@
 // undecided or an input was unreadable. Several files end with one overall
 // line: the worst file's verdict, or for the histories of one run
 // (RUN/histories/) the run's rule (only prim's verdicts when prim ran beside
-// peers or mutants), which sets the exit status. Run fencecheck --help for
+// peers or mutants) over the files its report.json lists (with a file it
+// does not list: the worst file's), which sets the exit status. Run fencecheck --help for
 // the flags and the checkers.
 package main
 

@@ -23,7 +23,20 @@ type overall struct {
 	// histories; Comparison the others, with their verdicts.
 	From       []string
 	Comparison []string
+	// NotFromRun are the inputs in RUN/histories/ that the run's
+	// report.json does not list (an earlier run's, a file put there): with
+	// any, the inputs are no one run's and the worst of them decides.
+	// Missing are the histories report.json lists that are not on disk:
+	// each counts UNKNOWN.
+	NotFromRun []string
+	Missing    []string
 	files      int
+}
+
+// historyName is the file name coordtorture gives an outcome's history in
+// RUN/histories/ (reports.HistoryFile; a test holds them equal).
+func historyName(scenario, impl, build string) string {
+	return strings.ReplaceAll(scenario, "/", "__") + "." + impl + "." + build + ".jsonl.gz"
 }
 
 // fileJudgement is a file's verdict for the overall one: UNKNOWN when it
@@ -58,7 +71,11 @@ func runDirOf(names []string) string {
 }
 
 // decideOverall computes the inputs' one verdict. Inputs of no one run: the
-// worst of them (models.Overall). One run's histories: the run's rule, as
+// worst of them (models.Overall). Inputs in RUN/histories/ of which the
+// run's report.json does not list one (each outcome's history file): not
+// from that run, said so (NotFromRun), and the worst of them all decides. A
+// history report.json lists that is not on disk counts UNKNOWN (Missing),
+// by either rule. One run's histories: the run's rule, as
 // coordtorture states it — the implementations its report.json names
 // ("overall_from"; "interrupted" makes it UNKNOWN at best), else prim alone
 // when prim ran beside others (the peers and mutants are a comparison), else
@@ -76,18 +93,49 @@ func decideOverall(names []string, files []fileReport) overall {
 		o.Verdict = models.Overall(js...)
 		return o
 	}
+	var stated struct {
+		OverallFrom []string `json:"overall_from"`
+		Interrupted bool     `json:"interrupted"`
+		// Outcomes absent (not a report coordtorture wrote): which files
+		// are the run's is not known, and every one is taken as its.
+		Outcomes *[]struct {
+			Scenario, Impl, Build string
+		} `json:"outcomes"`
+	}
+	if b, err := os.ReadFile(filepath.Join(o.Run, "report.json")); err == nil {
+		_ = json.Unmarshal(b, &stated) // unreadable: the rule from the headers
+	}
+	missingImpl := map[string]string{} // a missing history's implementation
+	if stated.Outcomes != nil {
+		listed := map[string]bool{}
+		for _, out := range *stated.Outcomes {
+			name := historyName(out.Scenario, out.Impl, out.Build)
+			listed[name] = true
+			if _, err := os.Stat(filepath.Join(o.Run, "histories", name)); os.IsNotExist(err) {
+				o.Missing = append(o.Missing, name)
+				missingImpl[name] = out.Impl
+			}
+		}
+		for _, name := range names {
+			base := filepath.Base(name)
+			if !listed[base] && !listed[base+".gz"] { // a history gunzipped in place is still the run's
+				o.NotFromRun = append(o.NotFromRun, base)
+			}
+		}
+	}
+	if len(o.NotFromRun) > 0 {
+		o.Run = ""
+		for range o.Missing {
+			js = append(js, models.JudgedUnknown)
+		}
+		o.Verdict = models.Overall(js...)
+		return o
+	}
 	var impls []string
 	for _, fr := range files {
 		if fr.Header != nil && !slices.Contains(impls, fr.Header.Impl) {
 			impls = append(impls, fr.Header.Impl)
 		}
-	}
-	var stated struct {
-		OverallFrom []string `json:"overall_from"`
-		Interrupted bool     `json:"interrupted"`
-	}
-	if b, err := os.ReadFile(filepath.Join(o.Run, "report.json")); err == nil {
-		_ = json.Unmarshal(b, &stated) // unreadable: the rule from the headers
 	}
 	switch {
 	case stated.OverallFrom != nil:
@@ -109,7 +157,17 @@ func decideOverall(names []string, files []fileReport) overall {
 			worst[fr.Header.Impl] = append(worst[fr.Header.Impl], js[i])
 		}
 	}
-	if len(deciding) == 0 { // only comparison files given: each decides
+	for _, name := range o.Missing {
+		if impl := missingImpl[name]; slices.Contains(o.From, impl) {
+			deciding = append(deciding, models.JudgedUnknown)
+		} else {
+			worst[impl] = append(worst[impl], models.JudgedUnknown)
+			if !slices.Contains(impls, impl) {
+				impls = append(impls, impl)
+			}
+		}
+	}
+	if len(deciding) == 0 { // only comparison files given, none missing: each decides
 		o.From, deciding, worst = impls, js, nil
 	}
 	for _, impl := range impls {
@@ -123,6 +181,12 @@ func decideOverall(names []string, files []fileReport) overall {
 
 // printOverall writes the overall verdict last, the comparison before it.
 func printOverall(w io.Writer, o overall) {
+	if len(o.NotFromRun) > 0 {
+		fmt.Fprintf(w, "not from that run (its report.json does not list them): %s; the run's rule does not apply\n", strings.Join(o.NotFromRun, ", "))
+	}
+	if len(o.Missing) > 0 {
+		fmt.Fprintf(w, "missing (report.json lists them, not on disk; each counts UNKNOWN): %s\n", strings.Join(o.Missing, ", "))
+	}
 	if len(o.Comparison) > 0 {
 		fmt.Fprintf(w, "comparison (does not set the verdict): %s\n", strings.Join(o.Comparison, ", "))
 	}

@@ -127,3 +127,63 @@ func TestOverallOfManyFiles(t *testing.T) {
 		t.Errorf("one file got an overall line:\n%s", out)
 	}
 }
+
+// TestOverallOfTwoRunsInOneDir (review finding 1b): RUN/histories/ may hold
+// files that are not the run's (an earlier run's, written into the same
+// --out before coordtorture removed them). The run's rule applies only to
+// the histories RUN/report.json lists: a file it does not list is said to be
+// not from that run, and the worst of every file decides; a listed history
+// that is not on disk counts UNKNOWN.
+func TestOverallOfTwoRunsInOneDir(t *testing.T) {
+	o := &scenarios.Outcome{Scenario: "a/b", Impl: "prim", Build: "redis-8.0"}
+	if got := filepath.Join("histories", historyName(o.Scenario, o.Impl, o.Build)); got != reports.HistoryFile(o) {
+		t.Fatalf("fencecheck names a history %s, coordtorture %s", got, reports.HistoryFile(o))
+	}
+	run := filepath.Join(t.TempDir(), "run")
+	hist := filepath.Join(run, "histories")
+	// The second run: prim showed its hazard, a peer (comparison) FAILed.
+	prim := writeIn(t, hist, "fenced-lock__kill-restart-noaof.prim.redis-8.0.jsonl.gz", hazardHeader+hazardHistory)
+	peer := writeIn(t, hist, "fenced-lock__baseline.redsync.redis-8.0.jsonl.gz", peerHeader+badHistory)
+	// The first run's prim FAIL, left in the same directory.
+	stale := writeIn(t, hist, "fenced-lock__baseline.prim.redis-8.0.jsonl.gz", primFailHeader+badHistory)
+	writeIn(t, run, "report.json", `{"overall":"HAZARD","overall_from":["prim"],"outcomes":[
+		{"scenario":"fenced-lock/kill-restart-noaof","impl":"prim","build":"redis-8.0","verdict":"HAZARD"},
+		{"scenario":"fenced-lock/baseline","impl":"redsync","build":"redis-8.0","verdict":"FAIL"}]}`)
+
+	// The run's own files: its rule, its verdict.
+	code, out, _ := runCLI(t, "", prim, peer)
+	if want := "overall: HAZARD (one run's histories, " + run + ": prim's verdicts; exit status 0)"; code != 0 || lastLine(out) != want {
+		t.Errorf("the run's files: exit %d, last line %q; want 0, %q\n%s", code, lastLine(out), want, out)
+	}
+	// With the stale one (histories/*): not from that run, the worst decides.
+	code, out, _ = runCLI(t, "", prim, peer, stale)
+	if want := "overall: FAIL (the worst of 3 files; exit status 1)"; code != 1 || lastLine(out) != want {
+		t.Errorf("with a file of another run: exit %d, last line %q; want 1, %q\n%s", code, lastLine(out), want, out)
+	}
+	if !strings.Contains(out, "not from that run (its report.json does not list them): fenced-lock__baseline.prim.redis-8.0.jsonl.gz;") {
+		t.Errorf("the file of another run is not named as such:\n%s", out)
+	}
+	// A stale peer's PASS beside the run's: still the worst rule, said.
+	stalePass := writeIn(t, hist, "fenced-lock__baseline.redislock.redis-8.0.jsonl.gz", goodHistory)
+	if code, out, _ = runCLI(t, "", prim, stalePass); code != 0 || !strings.Contains(out, "not from that run") ||
+		lastLine(out) != "overall: HAZARD (the worst of 2 files; exit status 0)" {
+		t.Errorf("with a passing file of another run: exit %d\n%s", code, out)
+	}
+	// A listed history missing from disk: UNKNOWN, as its implementation's
+	// verdict (a comparison's does not decide; prim's does).
+	os.Remove(stale)
+	os.Remove(stalePass)
+	os.Remove(peer)
+	code, out, _ = runCLI(t, "", prim)
+	if code != 0 || !strings.Contains(out, "missing (report.json lists them, not on disk; each counts UNKNOWN): fenced-lock__baseline.redsync.redis-8.0.jsonl.gz") ||
+		!strings.Contains(out, "comparison (does not set the verdict): redsync UNKNOWN") || !strings.HasPrefix(lastLine(out), "overall: HAZARD (one run's") {
+		t.Errorf("the comparison's history missing: exit %d, want 0 (prim's HAZARD), redsync UNKNOWN\n%s", code, out)
+	}
+	writeIn(t, hist, filepath.Base(peer), peerHeader+badHistory)
+	os.Remove(prim)
+	code, out, _ = runCLI(t, "", peer)
+	if code != 2 || !strings.Contains(out, "missing (report.json lists them, not on disk; each counts UNKNOWN): fenced-lock__kill-restart-noaof.prim.redis-8.0.jsonl.gz") ||
+		!strings.HasPrefix(lastLine(out), "overall: UNKNOWN (one run's histories") {
+		t.Errorf("prim's history missing: exit %d, want 2 (UNKNOWN)\n%s", code, out)
+	}
+}

@@ -90,7 +90,10 @@ type report struct {
 	Run         string           `json:"run,omitempty"`
 	OverallFrom []string         `json:"overall_from,omitempty"`
 	Comparison  []string         `json:"comparison,omitempty"`
-	Files       []fileReport     `json:"files"`
+	// NotFromRun and Missing: see overall.
+	NotFromRun []string     `json:"not_from_run,omitempty"`
+	Missing    []string     `json:"missing,omitempty"`
+	Files      []fileReport `json:"files"`
 }
 
 type config struct {
@@ -156,8 +159,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	o := decideOverall(files, rep.Files)
 	rep.Overall, rep.Run, rep.OverallFrom, rep.Comparison = o.Verdict, o.Run, o.From, o.Comparison
+	rep.NotFromRun, rep.Missing = o.NotFromRun, o.Missing
 	rep.Exit = o.Verdict.ExitStatus()
-	if !cfg.json && len(files) > 1 {
+	if !cfg.json && (len(files) > 1 || len(o.NotFromRun) > 0 || len(o.Missing) > 0) {
 		printOverall(stdout, o)
 	}
 	if cfg.json {
@@ -442,7 +446,10 @@ Several files end with one overall line, whose verdict sets the exit status:
 the worst file's, or, for the histories of one run (files of one run
 directory's histories/, as coordtorture writes them), the run's rule: only
 prim's verdicts when prim ran beside peers or mutants (theirs are shown for
-comparison), or the implementations the run's report.json names.
+comparison), or the implementations the run's report.json names. That rule
+covers only the histories report.json lists: a file there it does not list
+is not from that run (an earlier run's), said so, and then the worst of every
+file decides; a history it lists that is not on disk counts UNKNOWN.
 
 %s
 Checkers (--check a,b; default: the header's, else those whose operations appear in the history):
