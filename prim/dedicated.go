@@ -207,8 +207,18 @@ var errNotFenced = errors.New("prim: the uncertain command's connection could no
 // connection is gone: it killed it (reply 1), or the same server (same address
 // on its side) has no such connection any more (reply 0). Once it returns nil,
 // whatever was sent on fc has either executed or never will.
+//
+// Once the connection is confirmed gone it is dropped from the client's pool
+// in the background (discard); until then it is closed before fence returns.
 func (c *Coordinator) fence(ctx context.Context, fc *fenceConn) error {
-	defer fc.conn.Close()
+	fenced := false
+	defer func() {
+		if fenced {
+			go fc.discard()
+		} else {
+			_ = fc.conn.Close()
+		}
+	}()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cleanup)
 	defer cancel()
 	args := []any{"CLIENT", "KILL", "ID", fc.id}
@@ -234,7 +244,7 @@ func (c *Coordinator) fence(ctx context.Context, fc *fenceConn) error {
 		return fmt.Errorf("%w: CLIENT KILL: %w", errNotFenced, serverError(err))
 	}
 	if n >= 1 {
-		fc.discard(ctx)
+		fenced = true
 		return nil
 	}
 	// Nothing matched. That proves the connection gone only if the kill ran on
@@ -247,20 +257,25 @@ func (c *Coordinator) fence(ctx context.Context, fc *fenceConn) error {
 	if laddr != fc.laddr {
 		return fmt.Errorf("%w: the kill reached the server at %s, the connection was on %s", errNotFenced, laddr, fc.laddr)
 	}
-	fc.discard(ctx)
+	fenced = true
 	return nil
 }
 
-// discard keeps a connection the server has closed out of the client's pool.
-// go-redis puts a Conn's connection back on Close unless a command on it met
-// a network error, and takes a pooled connection for alive until its socket
-// has seen the close: a proxy or a loaded network in between relays the
-// server's close late, and the pool hands the dead connection to the next
-// command (the owner-checked release that follows a fence met EOF, and the
-// lease stayed for its ttl). A PING on it fails (EOF or reset, once the close
-// arrives; go-redis's read timeout at worst) and marks it bad, so Close drops
-// it. It runs only after a fence, in the background.
-func (fc *fenceConn) discard(ctx context.Context) {
+// discard keeps a connection the server has closed out of the client's pool,
+// then closes it. go-redis puts a Conn's connection back on Close unless a
+// command on it met a network error, and takes a pooled connection for alive
+// until its socket has seen the close: a proxy or a loaded network in between
+// relays the server's close late, and the pool handed the dead connection to
+// the next command (the owner-checked release that follows a fence met EOF,
+// and the lease stayed for its ttl). A PING on it fails (EOF or reset) once
+// the close arrives and marks it bad, so Close drops it. It runs in its own
+// goroutine, after the fence: the connection stays out of the pool meanwhile,
+// so nothing waits on it, and the goroutine ends when the close arrives or at
+// go-redis's read timeout (with ReadTimeout -1, when the operating system
+// gives the dead connection up).
+func (fc *fenceConn) discard() {
+	defer fc.conn.Close()
+	ctx := context.Background()
 	_ = fc.conn.Process(ctx, noRetryCmd{redis.NewCmd(ctx, "PING")})
 }
 

@@ -106,3 +106,54 @@ func TestFencedConnectionLeavesPool(t *testing.T) {
 		}
 	})
 }
+
+// TestFenceDiscardDoesNotHoldCleanup: dropping a fenced connection from the
+// pool (a PING that meets the server's close) never holds the clean-up that
+// follows the fence, whatever the client's read timeout: the owner-checked
+// release goes on at once, bounded by WithCleanupTimeout, and WaitCleanups
+// ends with it. The client sets ReadTimeout -1 (no read deadline) so that a
+// discard inside the clean-up shows as the proxy's whole 8 s close delay (the
+// default options' 3 s read timeout would hide it in the clean-up bound);
+// TestFencedConnectionLeavesPool covers the defaults. On the old code (the
+// PING inside the fence) WaitCleanups took the 8 s.
+func TestFenceDiscardDoesNotHoldCleanup(t *testing.T) {
+	forEachBuild(t, func(t *testing.T, e *env) {
+		ctx := ctxT(t, 2*time.Minute)
+		proxy := newHoldProxy(t, e.topo.Nodes()[0].DirectAddr())
+		c := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ReadTimeout: -1})
+		t.Cleanup(func() { c.Close() })
+		co := prim.New(c, prim.WithCleanupTimeout(500*time.Millisecond))
+		t.Cleanup(func() { co.Close() })
+		key := e.k("{discard}")
+		l, err := co.TryAcquireFencedLock(ctx, key, key+":fence", 3*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		proxy.DelayCloses(8 * time.Second)
+		proxy.StallWhen(stallRequest, key)
+		cctx, cancel := context.WithTimeout(ctx, stallDeadline)
+		_, err = l.Renew(cctx, 3*time.Second)
+		cancel()
+		if !errors.Is(err, prim.ErrUncertain) {
+			t.Fatalf("the stalled renewal answered %v, want ErrUncertain", err)
+		}
+		if !proxy.waitFired(stallNotice) {
+			t.Fatal("nothing named the key: nothing was stalled")
+		}
+		proxy.ReleaseAll()
+		start := time.Now()
+		wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+		defer wcancel()
+		if err := co.WaitCleanups(wctx); err != nil {
+			t.Fatalf("clean-ups did not end within 20s of the release: %v", err)
+		}
+		// Fence and release, each bounded by the 500 ms clean-up timeout,
+		// with what a loaded machine adds: well under the 8 s close delay.
+		if took := time.Since(start); took > 4*time.Second {
+			t.Errorf("the clean-up took %v after the release: it waited for the fenced connection's close", took)
+		}
+		if n, err := e.admin.Exists(ctx, key).Result(); err != nil || n != 0 {
+			t.Errorf("%s after the clean-up: exists %d (err %v), want gone", key, n, err)
+		}
+	})
+}
