@@ -23,9 +23,9 @@ type RateLimiter interface {
 	// Allow makes one atomic decision for n permits on the server.
 	Allow(ctx context.Context, n int64) (Decision, error)
 	// Wait queues locally until n permits are granted, ctx ends or the limiter
-	// is closed; a request the queue has no room for is refused at once (for
-	// prim's limiters, the queue's default and WithQueue(0, …), which never
-	// queues: see [WithQueue]).
+	// is closed; a request the queue has no room for, or one for more permits
+	// than the limit, is refused at once (for prim's limiters the queue's size
+	// is stated on [WithQueue]; WithQueue(0, …) never queues).
 	Wait(ctx context.Context, n int64) (Decision, error)
 	// Stats reports this limiter's local statistics.
 	Stats() LimiterStats
@@ -116,8 +116,8 @@ type LimiterOption func(*limiterConfig)
 // limit (permits per window, or the bucket's size), served [OldestFirst]: Wait
 // waits, as Go callers expect from golang.org/x/time/rate, and any request
 // that can ever be granted finds room when the queue is empty; the wait is
-// bounded by the caller's context. This is the one place the default is
-// stated.
+// bounded by the caller's context. Unlike x/time/rate's, the queue is
+// bounded: more waiters than it holds are refused with ErrQueueFull.
 //
 // WithQueue(0, OldestFirst) is the behaviour of the reference this package
 // follows (whose queue limit defaults to zero): Wait does not queue, it
