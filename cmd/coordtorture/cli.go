@@ -40,7 +40,8 @@ PATTERN is a scenario's name (fenced-lock/baseline), a family (fenced-lock), a
 fault (baseline) or a glob ('*/pause-*'); flags and patterns may come in any
 order, and a pattern that matches no scenario is an error. PATTERN@IMPL[+IMPL…]
 runs what PATTERN selects with those of --impl's implementations only
-(fenced-lock/black-hole@prim beside --impl all: prim alone on that scenario).
+(fenced-lock/black-hole@prim beside --impl all: prim alone on that scenario);
+one whose IMPLs are none of --impl's runs nothing, and says so ("skipped: …").
 
 Each run writes DIR/summary.txt, report.json, junit.xml, index.html, prim.log (what
 the primitives logged) and histories/*.jsonl.gz (gzip-compressed JSONL; check them
@@ -292,6 +293,47 @@ func implRestrictions(positional []string) ([]string, map[string]map[string]bool
 		delete(only, name)
 	}
 	return patterns, only, nil
+}
+
+// skippedRestrictions says on stderr which PATTERN@IMPL arguments name no
+// implementation of --impl (implFlag; impls its list): they run nothing —
+// make torture TORTURE_IMPL=redislock gives its suite's X@prim patterns —
+// and how many of the scenarios they select run for none of --impl's
+// implementations on that account (those another pattern selects too still
+// run). One line for the patterns naming the same implementations (the
+// first few named, the rest counted). Not an error: the rest of the
+// selection runs, and nothing left to run is said as such.
+func skippedRestrictions(stderr io.Writer, positional []string, only map[string]map[string]bool, impls []string, implFlag string) {
+	var order []string // the IMPL parts, in order of first appearance
+	pats := map[string][]string{}
+	dropped := map[string]int{}
+	for _, p := range positional {
+		pat, named, restricted := strings.Cut(p, "@")
+		if !restricted || slices.ContainsFunc(strings.Split(named, "+"), func(i string) bool { return slices.Contains(impls, i) }) {
+			continue
+		}
+		ss, err := scenarios.Match([]string{pat})
+		if err != nil {
+			continue
+		}
+		if pats[named] == nil {
+			order = append(order, named)
+		}
+		pats[named] = append(pats[named], p)
+		for _, s := range ss {
+			if o := only[s.Name]; o != nil && !slices.ContainsFunc(impls, func(i string) bool { return o[i] }) {
+				dropped[named]++
+			}
+		}
+	}
+	for _, named := range order {
+		ps := pats[named]
+		shown := strings.Join(ps, ", ")
+		if len(ps) > skippedShown {
+			shown = fmt.Sprintf("%s and %d more", strings.Join(ps[:skippedShown], ", "), len(ps)-skippedShown)
+		}
+		fmt.Fprintf(stderr, "coordtorture: skipped: %s (%s not in --impl %s): %s not run\n", shown, named, implFlag, plural(dropped[named], "scenario"))
+	}
 }
 
 // selectScenarios returns the scenarios the patterns match (all for none),
@@ -565,14 +607,15 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "coordtorture %s: %v\n", cmd, err)
 			return 2
 		}
+		skippedRestrictions(stderr, positional, only, impls, f.impl)
 		if ext != nil {
-			if ss = keepRunnable(stderr, ss, positional, func(s *scenarios.Scenario) error { return s.Runnable(true) },
+			if ss = keepRunnable(stderr, ss, patterns, func(s *scenarios.Scenario) error { return s.Runnable(true) },
 				"faults or own topology: local only", "on an external deployment"); ss == nil {
 				return 2
 			}
 		}
 		if dock != nil {
-			if ss = keepRunnable(stderr, ss, positional, func(s *scenarios.Scenario) error {
+			if ss = keepRunnable(stderr, ss, patterns, func(s *scenarios.Scenario) error {
 				if s.MovesClock() {
 					return fmt.Errorf("%s moves a server's clock (a host library): it runs only with --provider local", s.Name)
 				}
