@@ -12,12 +12,15 @@ TORTURE_IMPL ?= all
 TORTURE_LONG_DURATION ?= 1m
 TORTURE_OUT ?= runs/latest
 TORTURE_FLAGS ?=
+# TORTURE_PARALLEL: --parallel N (coordtorture's default: one run per two
+# cores, so one on two cores).
 TORTURE_PARALLEL ?=
-# The default suite, a few minutes on two cores: every family and every
-# kind of fault once (partition of a client link and of a node, latency,
+# The default suite, a few minutes on two cores: every family, and each of
+# these kinds of fault once (partition of a client link and of a node, latency,
 # reset-peer, black-hole, lost replies, a client's GC stall, SIGSTOP, kill
 # -9 with and without AOF, a restart of the fenced resource, eviction,
-# Sentinel failover, a forced failover and a promotion by hand, CLUSTER
+# Sentinel failover (waiting-lock/failover), a forced failover (replication
+# cut first: fenced-lock/failover-forced) and a promotion by hand, CLUSTER
 # FAILOVER, clock skew), prim beside the peers on the lock, rate limiter
 # and Redlock families' baselines and one fault each; PATTERN@prim runs a
 # scenario for prim alone. torture-full runs the larger suite (every lock
@@ -25,6 +28,7 @@ TORTURE_PARALLEL ?=
 TORTURE_SUITE ?= fenced-lock/baseline fenced-lock/pause-client fenced-lock/kill-restart-noaof \
 	fenced-lock/partition-client@prim fenced-lock/reset-peer@prim fenced-lock/black-hole@prim fenced-lock/lose-replies@prim \
 	fenced-lock/kill-restart-aof@prim fenced-lock/resource-restart@prim fenced-lock/eviction@prim fenced-lock/promote-replica@prim \
+	fenced-lock/failover-forced@prim \
 	waiting-lock/failover hash-lease/failover-cluster semaphore/baseline latch/baseline rwlock/pause-primary \
 	ratelimit/bucket/latency ratelimit/fixed/clock-skew ratelimit/sliding/baseline redlock/baseline redlock/partition-minority
 # The full suite: every lock family, a representative part of the ratelimit
@@ -104,7 +108,7 @@ vet:
 build: ## build bin/coordtorture and bin/fencecheck (their exit status: 0 held, 1 FAIL, 2 UNKNOWN or usage error)
 	$(GO) build -o $(BIN)/ ./cmd/coordtorture ./cmd/fencecheck
 
-torture: servers build ## the default suite (TORTURE_SUITE: every family and kind of fault, prim beside the peers; a few minutes; SCENARIOS=… for others), on local servers (report in runs/latest)
+torture: servers build ## the default suite (TORTURE_SUITE: every family, each kind of fault listed above it, prim beside the peers; a few minutes; SCENARIOS=… for others), on local servers (report in runs/latest)
 	@cmd='$(BIN)/coordtorture run --impl $(TORTURE_IMPL) --duration $(TORTURE_DURATION) $(if $(TORTURE_PARALLEL),--parallel $(TORTURE_PARALLEL)) --out $(TORTURE_OUT) $(TORTURE_FLAGS) $(or $(SCENARIOS),$(TORTURE_SUITE))'; echo "$$cmd"; set -f; $$cmd; $(coordtorture-status)
 
 torture-full: servers build ## the larger suite (TORTURE_FULL_SUITE: every lock scenario beside the peers, part of the others; 15 minutes or more on two cores), report in runs/full

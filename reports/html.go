@@ -15,17 +15,20 @@ import (
 )
 
 // Bounds on the HTML report, so that a page stays a few megabytes whatever
-// the length of the histories.
+// the length of the histories (its size grows with the number of runs past
+// 66: see MaxPageBars).
 const (
 	// MaxTimelineBars is the most bars (holds and operations) one scenario's
 	// timeline draws. Beyond it, bars of one lane closer than a growing
 	// distance are merged into one, and the page says so.
 	MaxTimelineBars = 3000
 	// MaxPageBars bounds the bars of all timelines of a page together: a run
-	// of many scenarios gets fewer bars per scenario (but at least 300). At
-	// about 170 bytes a bar (its rect and title) the page stays near 3.5 MB
-	// (the default suite's runs/latest under 20 MB with its histories);
-	// 60000 made 12 MB of HTML.
+	// of many scenarios gets fewer bars per scenario, but at least 300, so
+	// the bound holds up to 66 runs (the default suite's 32: its page near
+	// 3.5 MB at about 170 bytes a bar, its runs/latest under 20 MB with its
+	// histories) and beyond that a page has up to 300 bars a run: 113 runs
+	// (make torture-full) up to 33,900 bars, about 6 MB. A budget of 60000
+	// made pages of 12 MB.
 	MaxPageBars = 20000
 	// MaxTimelineLanes is the most processes a timeline draws a lane for.
 	MaxTimelineLanes = 64

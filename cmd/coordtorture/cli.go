@@ -145,8 +145,13 @@ type runFlags struct {
 // and bound by time (250ms client timeouts, 100ms Redlock node timeouts,
 // the progress checker's rates): one run per two cores leaves each run about
 // the machine a lone run has, so its verdict is the one it would reach
-// alone. More (--parallel N) is for machines with cores to spare.
-func defaultParallel() int { return max(1, runtime.NumCPU()/2) }
+// alone. More (--parallel N) is for machines with cores to spare. With
+// --provider external the default is one whatever the cores (runCmd): every
+// run goes to the one deployment.
+func defaultParallel() int { return max(1, numCPU()/2) }
+
+// numCPU is runtime.NumCPU (a test sets more cores).
+var numCPU = runtime.NumCPU
 
 // register registers on fs the flags that apply to cmd (run, matrix or
 // replay), and only those.
@@ -197,7 +202,7 @@ func (f *runFlags) register(fs *flag.FlagSet, cmd string) {
 	boolean(all, &f.hardened, "hardened-client", "give the clients no retries (MaxRetries -1); by default they keep go-redis's defaults (MaxRetries 3), as a user's client has them")
 	f.parallel = 1
 	if which&(forRun|forMatrix|forReplay) != 0 {
-		fs.IntVar(&f.parallel, "parallel", defaultParallel(), "scenario runs at a time (each has its own servers, addresses and proxies); the default is one for every two cores")
+		fs.IntVar(&f.parallel, "parallel", defaultParallel(), "scenario runs at a time (each has its own servers, addresses and proxies); the default is one for every two cores (one on two cores), and one with --provider external, whose runs all go to the one deployment (N given: N runs share it at once)")
 	}
 	boolean(forReplay, &f.replayAll, "all", "replay every scenario that failed (FAIL or UNKNOWN), the comparison's peers' and mutants' too")
 }
@@ -491,6 +496,14 @@ func runCmd(cmd string, args []string, stdout, stderr io.Writer) int {
 	default:
 		fmt.Fprintf(stderr, "coordtorture: unknown provider %q (local, docker, external)\n", f.provider)
 		return 2
+	}
+	parallelGiven := false
+	fs.Visit(func(fl *flag.Flag) { parallelGiven = parallelGiven || fl.Name == "parallel" })
+	if ext != nil && !parallelGiven {
+		// Every run goes to the one deployment: runs at the same time would
+		// share its server processes (and their CPU), which the progress
+		// checker's rates do not expect. --parallel N asks for it.
+		f.parallel = 1
 	}
 	impls := strings.Split(f.impl, ",")
 	if f.impl == "all" {
