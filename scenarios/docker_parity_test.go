@@ -43,7 +43,9 @@ func TestProviderParity(t *testing.T) {
 			verdicts := map[string]scenarios.Verdict{}
 			effects := map[string]string{}
 			for _, provider := range []string{"local", "docker"} {
-				d := 3 * time.Second
+				// 4s: fenced-lock/pause-primary's pause outlasts a lease
+				// with the schedule's end margin only from 3.2s on.
+				d := 4 * time.Second
 				if name == "fenced-lock/kill-restart-noaof" {
 					// A container restart (a new container on the node's
 					// volume) takes about a second and a half, a process's

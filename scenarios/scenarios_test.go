@@ -483,8 +483,10 @@ func TestRateLimitScenarios(t *testing.T) {
 				// Whether a loss or a jump over-admits within the bound's span
 				// depends on where in a window it falls: a run that shows no
 				// hazard is a PASS ("hazard not shown"), not a defect. The family
-				// must show it, so two more seeds may: one of three suffices.
-				for seed := int64(2); seed <= 3 && verdictOf(out, "rate-limit") == scenarios.Pass; seed++ {
+				// must show it, so four more seeds may: one of five suffices
+				// (three did not, once, for sliding/clock-skew in a CI run at
+				// load 21, where fewer requests met the jump).
+				for seed := int64(2); seed <= 5 && verdictOf(out, "rate-limit") == scenarios.Pass; seed++ {
 					t.Logf("%s: seed %d did not show the hazard; trying seed %d", s.Name, seed-1, seed)
 					out = run(t, s.Name, "prim", seed)
 					if out.Verdict == scenarios.Fail || out.Verdict == scenarios.Unknown {
@@ -492,7 +494,7 @@ func TestRateLimitScenarios(t *testing.T) {
 					}
 				}
 				if v := verdictOf(out, "rate-limit"); v != scenarios.Hazard {
-					t.Fatalf("%s: rate-limit is %s with seeds 1 to 3; the scenario must show the hazard", s.Name, v)
+					t.Fatalf("%s: rate-limit is %s with seeds 1 to 5; the scenario must show the hazard", s.Name, v)
 				}
 				// The evidence: an over-limit span, marked as the hazard.
 				for _, r := range out.Results {

@@ -193,8 +193,28 @@ func TestNoUnknownFromLatenessUnderLoad(t *testing.T) {
 					t.Errorf("%s seed %d: %q at %v failed: %s", name, seed, ev.Name, ev.At, ev.Err)
 				}
 			}
-			if out.Verdict == scenarios.Unknown && !progressUnjudged(out) {
-				t.Errorf("%s seed %d: UNKNOWN: %s", name, seed, out.Error)
+			if out.Verdict == scenarios.Unknown {
+				// This test's rule is the schedule: an UNKNOWN for the
+				// harness's own lateness (an event that did not happen,
+				// a run that ended first, a wait past the grace) fails it;
+				// a property the loaded machine left unjudged (progress,
+				// a leak scan whose ROLE timed out) is reported, not this
+				// rule's.
+				why := out.Error
+				for _, r := range out.Results {
+					if r.Verdict == scenarios.Unknown {
+						why += "; " + r.Checker + ": " + r.Result.String()
+					}
+				}
+				late := false
+				for _, w := range []string{"did not happen", "ended first", "no fault was scheduled", "still in flight", "grace"} {
+					late = late || strings.Contains(why, w)
+				}
+				if late {
+					t.Errorf("%s seed %d: UNKNOWN from the schedule: %s", name, seed, why)
+				} else {
+					t.Logf("%s seed %d: UNKNOWN, not from the schedule: %s", name, seed, why)
+				}
 			}
 		}
 	}

@@ -458,9 +458,19 @@ func TestLinkFaults(t *testing.T) {
 			if rtt := time.Since(start); rtt < 190*time.Millisecond {
 				t.Fatalf("round trip %v with 100ms each way", rtt)
 			}
-			start = time.Now()
-			if err := other.Ping(ctx).Err(); err != nil || time.Since(start) > 90*time.Millisecond {
-				t.Fatalf("another peer's link was slowed too: %v in %v", err, time.Since(start))
+			// Another peer's link is not slowed: a slowed one takes 200ms
+			// every time, an unslowed one is quick at least once in five
+			// (one round trip took 199ms in a CI run at load 21).
+			fastest := time.Hour
+			for range 5 {
+				start = time.Now()
+				if err := other.Ping(ctx).Err(); err != nil {
+					t.Fatalf("another peer's link: %v", err)
+				}
+				fastest = min(fastest, time.Since(start))
+			}
+			if fastest >= 150*time.Millisecond {
+				t.Fatalf("another peer's link was slowed too: its fastest of five round trips took %v", fastest)
 			}
 			if err := link.Heal(); err != nil {
 				t.Fatal(err)
