@@ -334,3 +334,25 @@ func HazardOutcome(props []Property, js []Judgement, effects []Effect) string {
 	}
 	return "not shown"
 }
+
+// Deciding lists the implementations of a run whose verdicts decide its
+// overall verdict: stated when not nil (a report's "overall_from"), else
+// prim alone when prim ran beside others (the peer libraries and the mutants
+// run for comparison), else every implementation in impls. coordtorture's
+// report and fencecheck over a run's histories both decide with it.
+func Deciding(stated, impls []string) []string {
+	switch {
+	case stated != nil:
+		return stated
+	case len(impls) > 1 && slices.Contains(impls, "prim"):
+		return []string{"prim"}
+	}
+	return impls
+}
+
+// HistoryName is the file name of a run's history of scenario by impl on
+// build, in the run's histories/ directory ("/" in a scenario's name is
+// "__").
+func HistoryName(scenario, impl, build string) string {
+	return strings.ReplaceAll(scenario, "/", "__") + "." + impl + "." + build + ".jsonl.gz"
+}

@@ -105,16 +105,7 @@ func (r *Run) Impls() []string {
 // verdict: DecidedBy when set, else prim alone when prim ran beside others
 // (--impl all: the peer libraries and the mutants run for comparison), else
 // every implementation of the run.
-func (r *Run) Deciding() []string {
-	if r.DecidedBy != nil {
-		return r.DecidedBy
-	}
-	impls := r.Impls()
-	if len(impls) > 1 && slices.Contains(impls, "prim") {
-		return []string{"prim"}
-	}
-	return impls
-}
+func (r *Run) Deciding() []string { return models.Deciding(r.DecidedBy, r.Impls()) }
 
 // Comparison lists the implementations shown beside prim for comparison,
 // whose verdicts do not set the overall verdict.
@@ -173,7 +164,7 @@ func (r *Run) CheckedNothing() bool {
 // HistoryFile is the file name of an outcome's history inside a run directory
 // (gzip-compressed JSONL: history.WriteFile).
 func HistoryFile(o *scenarios.Outcome) string {
-	return filepath.Join("histories", strings.ReplaceAll(o.Scenario, "/", "__")+"."+o.Impl+"."+o.Build+".jsonl.gz")
+	return filepath.Join("histories", models.HistoryName(o.Scenario, o.Impl, o.Build))
 }
 
 // TerminalEvidence is how many evidence entries of a property the terminal

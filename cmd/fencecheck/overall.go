@@ -33,12 +33,6 @@ type overall struct {
 	files      int
 }
 
-// historyName is the file name coordtorture gives an outcome's history in
-// RUN/histories/ (reports.HistoryFile; a test holds them equal).
-func historyName(scenario, impl, build string) string {
-	return strings.ReplaceAll(scenario, "/", "__") + "." + impl + "." + build + ".jsonl.gz"
-}
-
 // fileJudgement is a file's verdict for the overall one: UNKNOWN when it
 // could not be checked.
 func fileJudgement(fr fileReport) models.Judgement {
@@ -109,7 +103,7 @@ func decideOverall(names []string, files []fileReport) overall {
 	if stated.Outcomes != nil {
 		listed := map[string]bool{}
 		for _, out := range *stated.Outcomes {
-			name := historyName(out.Scenario, out.Impl, out.Build)
+			name := models.HistoryName(out.Scenario, out.Impl, out.Build)
 			listed[name] = true
 			if _, err := os.Stat(filepath.Join(o.Run, "histories", name)); os.IsNotExist(err) {
 				o.Missing = append(o.Missing, name)
@@ -137,14 +131,7 @@ func decideOverall(names []string, files []fileReport) overall {
 			impls = append(impls, fr.Header.Impl)
 		}
 	}
-	switch {
-	case stated.OverallFrom != nil:
-		o.From = stated.OverallFrom
-	case len(impls) > 1 && slices.Contains(impls, "prim"):
-		o.From = []string{"prim"}
-	default:
-		o.From = impls
-	}
+	o.From = models.Deciding(stated.OverallFrom, impls)
 	var deciding []models.Judgement
 	if stated.Interrupted {
 		deciding = append(deciding, models.JudgedUnknown)

@@ -135,10 +135,6 @@ func TestOverallOfManyFiles(t *testing.T) {
 // not from that run, and the worst of every file decides; a listed history
 // that is not on disk counts UNKNOWN.
 func TestOverallOfTwoRunsInOneDir(t *testing.T) {
-	o := &scenarios.Outcome{Scenario: "a/b", Impl: "prim", Build: "redis-8.0"}
-	if got := filepath.Join("histories", historyName(o.Scenario, o.Impl, o.Build)); got != reports.HistoryFile(o) {
-		t.Fatalf("fencecheck names a history %s, coordtorture %s", got, reports.HistoryFile(o))
-	}
 	run := filepath.Join(t.TempDir(), "run")
 	hist := filepath.Join(run, "histories")
 	// The second run: prim showed its hazard, a peer (comparison) FAILed.
